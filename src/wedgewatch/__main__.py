@@ -1,0 +1,3 @@
+from wedgewatch.cli import main
+
+main()

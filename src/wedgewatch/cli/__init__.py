@@ -1,0 +1,75 @@
+"""The command line: the only place that parses flags.
+
+Each module of this package registers its commands on ``app`` when imported; ``main`` imports them
+all, runs the command, and turns bad input into one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import pkgutil
+import sys
+
+import typer
+
+# typer >= 0.20 vendors click; its exceptions live here, and non-standalone mode raises them.
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
+
+from wedgewatch import __version__
+from wedgewatch.cli._app import app
+from wedgewatch.errors import BadInput, WedgewatchError
+
+log = logging.getLogger(__name__)
+
+
+def _load_commands() -> None:
+    for mod in pkgutil.iter_modules(__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{mod.name}")
+
+
+@app.callback()
+def _root() -> None:
+    """Agent evaluations against self-hosted LLM servers that never mistake a wedged server for a
+    weak model."""
+
+
+@app.command("version")
+def version() -> None:
+    """Print the wedgewatch version."""
+    typer.echo(__version__)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one line on stderr and exit: the CLI's way of reporting bad input."""
+    typer.echo(f"wedgewatch: error: {message}", err=True)
+    raise SystemExit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(
+        level=os.environ.get("WEDGEWATCH_LOG", "WARNING").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    _load_commands()
+    try:
+        rc = app(args=argv, prog_name="wedgewatch", standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        typer.echo(exc.ctx.get_help() if exc.ctx is not None else str(exc))
+        raise SystemExit(0) from None
+    except UsageError as exc:
+        # click names the option in its message ("Invalid value for '--port': ...").
+        cmd = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+        fail(f"{cmd}{exc.format_message()}".replace("\n", " "))
+    except typer.Abort:
+        fail("aborted", 130)
+    except BadInput as exc:
+        fail(str(exc).replace("\n", " "), exc.exit_code)
+    except WedgewatchError as exc:
+        fail(str(exc).replace("\n", " "), 1)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    raise SystemExit(rc if isinstance(rc, int) else 0)

@@ -1,0 +1,244 @@
+"""The one settings module: every knob of a run or a supervised server, with its default and why.
+
+A config file is TOML with the sections ``[server]``, ``[watchdog]``, ``[agent]``, ``[suite]`` and
+``[run]``. ``load_config`` turns any problem into ``ConfigError`` naming the file and the field.
+Defaults come from the story (DESIGN.md, "Defaults that come from the story").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from wedgewatch.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
+
+
+class WatchdogConfig(_Section):
+    """The proxy's deadlines. Each is documented with its reason in docs/proxy.md."""
+
+    ttft_timeout: float = Field(60.0, gt=0)
+    """Seconds to the first token before `stall_ttft`. Covers a long prefill plus queueing behind
+    busy slots; vLLM liveness proposals use 60 s."""
+    stall_timeout: float = Field(20.0, gt=0)
+    """Seconds without a token, once tokens have begun, before `stall_midstream`. A healthy decode
+    step takes milliseconds; SGLang's health canary uses 20 s."""
+    min_rate: float = Field(0.5, ge=0)
+    """Tokens per second below which a stream is a `trickle` (measured over `rate_window`); 0 turns
+    the check off."""
+    rate_window: float = Field(60.0, gt=0)
+    """Seconds over which `min_rate` is measured."""
+    total_timeout: float = Field(240.0, gt=0)
+    """Seconds for the whole request before `total_timeout`: the story's client deadline (a normal
+    generation took about 90 s)."""
+    passthrough_timeout: float = Field(10.0, gt=0)
+    """Deadline for requests that are not generations (/v1/models, /health, /metrics, ...)."""
+
+
+class WarmupConfig(_Section):
+    """Requests sent to every fresh server life before real load."""
+
+    count: int = Field(2, ge=0)
+    """How many warm-up requests (the story used two)."""
+    prompt: str = "Write hello world."
+    """The warm-up prompt (the story's)."""
+    max_tokens: int = Field(40, ge=1)
+    """Tokens per warm-up request (the story's 40)."""
+    timeout: float = Field(60.0, gt=0)
+    """Deadline for each warm-up request."""
+
+
+class ServerConfig(_Section):
+    """A supervised server: which profile, how to start it, how to watch it, when to restart it."""
+
+    profile: str = "sim"
+    """Profile name from the registry: sim, vllm, sglang, llamacpp, command, external."""
+    model: str = "sim-model"
+    """Model to serve (a path or hub name for real servers; the served name for the simulator)."""
+    served_model_name: str | None = None
+    """Name clients use in `model`; defaults to `model`."""
+    args: list[str] = Field(default_factory=list)
+    """Extra arguments appended to the profile's launch command."""
+    arg_sets: list[str] = Field(default_factory=list)
+    """Named argument sets of the profile, for example `hybrid-safe` for vllm and sim."""
+    lora_modules: dict[str, str] = Field(default_factory=dict)
+    """LoRA adapters, name -> path (vllm `--enable-lora --lora-modules name=path`)."""
+    command: list[str] = Field(default_factory=list)
+    """Launch argv for the `command` profile; `{host}` and `{port}` are filled in."""
+    url: str | None = None
+    """Base URL of a server wedgewatch does not own (`external` profile)."""
+    restart_hook: list[str] = Field(default_factory=list)
+    """argv run to restart an `external` server (for example a systemctl line)."""
+    token_counters: list[str] = Field(default_factory=list)
+    """Metric names of the token counters (overrides the profile's; needed for `command`)."""
+    running_gauge: str | None = None
+    """Metric name of the running-requests gauge (overrides the profile's)."""
+    scenario: str = "healthy"
+    """Simulator scenario, a bundled name or a file (`sim` profile only)."""
+    host: str = "127.0.0.1"
+    """Interface the server binds. Loopback by default: nothing is exposed."""
+    port: int = Field(0, ge=0, le=65535)
+    """Server port; 0 picks a free one."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables for the server process."""
+    log_dir: str = ".wedgewatch/logs"
+    """Directory for one log file per server life."""
+    startup_timeout: float = Field(600.0, gt=0)
+    """Hard deadline for a server life to become ready (loading a 35B model takes minutes)."""
+    stop_grace: float = Field(10.0, ge=0)
+    """Seconds between SIGTERM and SIGKILL when stopping a server life."""
+    warmup: WarmupConfig = Field(default_factory=WarmupConfig)
+    """Warm-up requests after each start."""
+    scrape_interval: float = Field(1.0, gt=0)
+    """Seconds between /metrics scrapes."""
+    wedge_window: float = Field(15.0, gt=0)
+    """Seconds of flat token counters while requests are running that make a wedge."""
+    canary_timeout: float = Field(10.0, gt=0)
+    """Deadline for the 1-token canary request."""
+    restart_on_wedge: bool = True
+    """Restart the server when a wedge is detected."""
+    restart_on_crash: bool = True
+    """Restart the server when its process exits."""
+    restart_after_api_errors: int = Field(2, ge=0)
+    """Restart after this many consecutive API errors (0: never). The story's runner used 2."""
+    recycle_every_instances: int = Field(0, ge=0)
+    """Restart after this many instances (0: never)."""
+    recycle_every_tokens: int = Field(0, ge=0)
+    """Restart after this many generated tokens (0: never)."""
+    fresh: bool = True
+    """Start a fresh server for every run; false reuses a running one (the 'used server' arm)."""
+    max_restarts: int = Field(10, ge=0)
+    """Restarts allowed in one run before giving up with a clear error."""
+    restart_backoff: float = Field(2.0, ge=0)
+    """Seconds before the first restart retry; doubles each time."""
+    time_scale: float = Field(1.0, gt=0)
+    """Divides every simulator duration (sim profile only)."""
+
+
+class AgentConfig(_Section):
+    """The agent that attempts each instance."""
+
+    name: str = "bash"
+    """Agent from the registry: bash (built in), command, mini-swe-agent."""
+    step_limit: int = Field(50, ge=1)
+    """Model turns before `early_stop`/`step_limit`."""
+    token_limit: int = Field(0, ge=0)
+    """Total tokens (prompt + completion) before `early_stop`/`token_limit`; 0: no limit."""
+    format_error_limit: int = Field(3, ge=1)
+    """Replies without exactly one bash block before `early_stop`/`format_errors`."""
+    command_timeout: float = Field(120.0, gt=0)
+    """Seconds one agent command may run in the sandbox."""
+    output_limit: int = Field(10_000, ge=100)
+    """Characters of command output sent back to the model (the rest is cut, with a note)."""
+    max_tokens: int = Field(4096, ge=1)
+    """max_tokens of each model request."""
+    temperature: float = Field(0.0, ge=0)
+    """Sampling temperature of each model request."""
+    command: list[str] = Field(default_factory=list)
+    """argv template of the `command` agent: {instance_id} {workdir} {problem_file} {base_url}."""
+    timeout: float = Field(3600.0, gt=0)
+    """Seconds a whole attempt may take before it is ended as `harness_error`."""
+
+
+class SuiteConfig(_Section):
+    """Which instances to run."""
+
+    path: str | None = None
+    """SWE-bench JSONL or JSON list; unset: the bundled suite."""
+    dataset: str | None = None
+    """A Hugging Face dataset name (needs `datasets` and network)."""
+    split: str = "test"
+    """Dataset split."""
+    ids: list[str] = Field(default_factory=list)
+    """Only these instance ids."""
+    slice: str | None = None
+    """A Python slice over the suite, for example `0:20`."""
+    regex: str | None = None
+    """Only ids matching this regular expression."""
+    repos_dir: str | None = None
+    """Directory of local mirrors, `<repo with / replaced by __>` per repository."""
+
+
+class RunConfig(_Section):
+    """How the run is driven."""
+
+    concurrency: int = Field(4, ge=1)
+    """Instances at a time (the story ran four)."""
+    attempts: int = Field(3, ge=1)
+    """Attempts per instance; only infrastructure failures use up more than one."""
+    ledger: str = "wedgewatch.sqlite"
+    """Ledger file (SQLite)."""
+    workdir: str = ".wedgewatch/work"
+    """Where sandboxes and trajectories live."""
+    keep_sandboxes: bool = False
+    """Keep each attempt's sandbox for debugging."""
+    evaluate: bool = True
+    """Run the instance's tests on each submitted patch."""
+    eval_timeout: float = Field(600.0, gt=0)
+    """Seconds for one evaluation."""
+    time_scale: float = Field(1.0, gt=0)
+    """Divides simulated durations (simulator and agent deadlines) for fast simulated runs."""
+    seed: int = 0
+    """Seed for everything random in a simulated run."""
+    model_name: str | None = None
+    """`model_name_or_path` in exports; defaults to the server's model."""
+
+
+class Config(_Section):
+    """A whole run or supervised-server configuration."""
+
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    """The inference server and its supervision."""
+    watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig)
+    """The proxy's deadlines."""
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    """The agent."""
+    suite: SuiteConfig = Field(default_factory=SuiteConfig)
+    """The instances."""
+    run: RunConfig = Field(default_factory=RunConfig)
+    """The run itself."""
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def hash(self) -> str:
+        blob = json.dumps(self.snapshot(), sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+Section = Literal["server", "watchdog", "agent", "suite", "run"]
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def validate(data: dict[str, Any], source: str) -> Config:
+    """Validate already-parsed settings; errors name ``source`` and the first bad field."""
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(source, _field_path(err["loc"]) or None, err["msg"]) from None
+
+
+def load_config(path: str | Path) -> Config:
+    """Read a TOML config file. Any problem is a ConfigError naming the file and field."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(str(p), None, exc.strerror or str(exc)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(p), None, f"not valid TOML: {exc}") from None
+    return validate(data, str(p))

@@ -1,0 +1,183 @@
+"""The exception tree, written down in one place.
+
+Foreign errors (aiohttp, openai, subprocess, sqlite) are translated into these classes at the
+boundary where they are caught. Retry decisions key on the class, never on message text:
+``is_retried(exc)`` is the whole policy.
+
+    WedgewatchError
+    ├── BadInput                     exit 2: the user's file, field or flag is wrong
+    │   ├── ConfigError              a run/serve config file
+    │   ├── ScenarioError            a simulator scenario file
+    │   └── SuiteError               a suite file or dataset
+    ├── InfraError                   not the model's doing: the attempt is retried
+    │   ├── ApiError                 the LLM path failed            -> status api_error
+    │   │   ├── UpstreamStalled      a stall kind (stall_ttft, stall_midstream, trickle, total_timeout)
+    │   │   ├── UpstreamHTTPError    the server answered 5xx (reason upstream_http_<code>)
+    │   │   ├── UpstreamConnectionError  connection refused, reset or dropped
+    │   │   ├── ServerRestarted      the supervisor restarted the server under the attempt
+    │   │   └── ServerDown           no server to talk to
+    │   └── HarnessError             sandbox, evaluation or agent crash -> status harness_error
+    │       ├── SandboxError
+    │       ├── EvaluationError
+    │       └── AgentCrash
+    ├── ServerError                  the supervisor could not bring a server up
+    │   ├── ServerStartError         exited during start-up or never became ready
+    │   ├── PortBusyError            the port is taken by someone else
+    │   └── WarmupError              warm-up requests failed
+    └── EarlyStop                    the agent stopped by its own limits -> status early_stop (final)
+"""
+
+from __future__ import annotations
+
+
+class WedgewatchError(Exception):
+    """Base of every error wedgewatch raises on purpose."""
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+class BadInput(WedgewatchError):
+    """The user's input is wrong. The CLI prints ``str(exc)`` on one line and exits 2."""
+
+    exit_code = 2
+
+
+class ConfigError(BadInput):
+    """A config file is missing, unparsable, or has a bad field."""
+
+    def __init__(self, file: str, field: str | None, message: str) -> None:
+        self.file = file
+        self.field = field
+        where = f"{file}: {field}" if field else file
+        super().__init__(f"{where}: {message}")
+
+
+class ScenarioError(ConfigError):
+    """A simulator scenario file is missing, unparsable, or has a bad field."""
+
+
+class SuiteError(BadInput):
+    """A suite file (or one line of it) or a dataset cannot be loaded."""
+
+
+# --- infrastructure --------------------------------------------------------------------------------
+
+
+class InfraError(WedgewatchError):
+    """A failure on our side or the server's side; never the model's. Retried in a fresh sandbox."""
+
+    status = "harness_error"
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or self.default_reason
+
+    default_reason = "harness"
+
+
+class ApiError(InfraError):
+    """The LLM path failed. ``reason`` is what the ledger stores next to status ``api_error``."""
+
+    status = "api_error"
+    default_reason = "api"
+
+
+class UpstreamStalled(ApiError):
+    """The proxy aborted a request that made no progress; ``reason`` is the stall kind."""
+
+    default_reason = "stall_midstream"
+
+
+class UpstreamHTTPError(ApiError):
+    """The server answered with a 5xx (or an unexpected status)."""
+
+    def __init__(self, message: str, status_code: int) -> None:
+        super().__init__(message, reason=f"upstream_http_{status_code}")
+        self.status_code = status_code
+
+
+class UpstreamConnectionError(ApiError):
+    """The connection to the server was refused, reset, or dropped mid-answer."""
+
+    default_reason = "connection"
+
+
+class ServerRestarted(ApiError):
+    """The supervisor restarted the server while the attempt was in flight."""
+
+    default_reason = "server_restarted"
+
+
+class ServerDown(ApiError):
+    """No server is available to serve the attempt."""
+
+    default_reason = "server_down"
+
+
+class HarnessError(InfraError):
+    """Sandbox, evaluation or agent machinery failed; not the model's doing."""
+
+    status = "harness_error"
+    default_reason = "harness"
+
+
+class SandboxError(HarnessError):
+    default_reason = "sandbox"
+
+
+class EvaluationError(HarnessError):
+    default_reason = "evaluation"
+
+
+class AgentCrash(HarnessError):
+    default_reason = "agent_crash"
+
+
+# --- server management ---------------------------------------------------------------------------
+
+
+class ServerError(WedgewatchError):
+    """The supervisor could not bring up a healthy server."""
+
+
+class ServerStartError(ServerError):
+    """The server exited during start-up or did not become ready before its deadline."""
+
+
+class PortBusyError(ServerError):
+    """The port the server should listen on is already taken."""
+
+
+class WarmupError(ServerError):
+    """The warm-up requests did not all succeed."""
+
+
+# --- model-side stop -----------------------------------------------------------------------------
+
+
+class EarlyStop(WedgewatchError):
+    """The agent stopped by its own limits. Final: retrying would inflate the score.
+
+    ``reason`` is one of step_limit, token_limit, context_window, format_errors, agent_exit.
+    """
+
+    status = "early_stop"
+
+    def __init__(self, reason: str, message: str = "") -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+
+
+def is_retried(exc: BaseException) -> bool:
+    """The retry policy: only infrastructure failures are retried."""
+    return isinstance(exc, InfraError)
+
+
+def status_of(exc: BaseException) -> tuple[str, str]:
+    """Map an exception that ended an attempt to the ledger's (status, reason)."""
+    if isinstance(exc, EarlyStop):
+        return exc.status, exc.reason
+    if isinstance(exc, InfraError):
+        return exc.status, exc.reason
+    return "harness_error", f"crash:{type(exc).__name__}"

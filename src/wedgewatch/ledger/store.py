@@ -1,0 +1,129 @@
+"""The ledger: SQLite in WAL mode, append-only.
+
+Only INSERT is ever issued; there is no UPDATE or DELETE anywhere in wedgewatch. Writers from
+several threads (the proxy in the event loop, agents in worker threads) share one connection
+behind a lock: SQLite serialises writers anyway, and one connection keeps WAL checkpoints simple.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from wedgewatch.ledger.schema import SCHEMA_VERSION, TABLES, VIEWS
+
+log = logging.getLogger(__name__)
+
+# Keys that must never reach the ledger, whatever a caller puts in a detail dict.
+_SECRET_KEYS = frozenset({"authorization", "api_key", "api-key", "x-api-key", "openai_api_key"})
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _scrub(v) for k, v in value.items() if str(k).lower() not in _SECRET_KEYS}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(_scrub(value), separators=(",", ":"), default=str)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+class Ledger:
+    """Open (creating if needed) a ledger file. ``":memory:"`` works for unit tests."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode is durable against a process crash (SIGKILL), which is what resume needs.
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA foreign_keys=OFF")
+        self._migrate()
+        self._columns: dict[str, list[str]] = {}
+
+    def _migrate(self) -> None:
+        with self._lock:
+            self._conn.executescript(TABLES)
+            row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                self._conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"{self.path}: ledger schema {row[0]} is newer than this wedgewatch ({SCHEMA_VERSION})"
+                )
+            self._conn.executescript(VIEWS)
+
+    def _table_columns(self, table: str) -> list[str]:
+        cols = self._columns.get(table)
+        if cols is None:
+            cols = [r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")]
+            if not cols:
+                raise KeyError(f"no ledger table {table!r}")
+            self._columns[table] = cols
+        return cols
+
+    def append(self, table: str, row: Mapping[str, Any]) -> int:
+        """Insert one fact. Dicts and lists are stored as JSON (secrets scrubbed). Returns rowid."""
+        return self.append_many(table, [row])
+
+    def append_many(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        if not rows:
+            return 0
+        with self._lock:
+            cols = self._table_columns(table)
+            names = list(rows[0].keys())
+            unknown = [n for n in names if n not in cols]
+            if unknown:
+                raise KeyError(f"ledger table {table!r} has no column(s) {unknown}")
+            sql = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+            values = [tuple(_encode(r.get(n)) for n in names) for r in rows]
+            cur = self._conn.cursor()
+            cur.execute("BEGIN")
+            try:
+                cur.executemany(sql, values)
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            return cur.lastrowid or 0
+
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[sqlite3.Row]:
+        """Read-only query. Writes go through ``append``."""
+        head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+        if head not in ("SELECT", "WITH", "PRAGMA"):
+            raise ValueError("Ledger.query is read-only; use append")
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def event(self, kind: str, detail: Mapping[str, Any] | None = None, **ids: Any) -> None:
+        """Shorthand for one row in ``events`` (ids: run_id, life_id, attempt_id)."""
+        import time
+
+        self.append("events", {"ts": time.time(), "kind": kind, "detail_json": dict(detail or {}), **ids})
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

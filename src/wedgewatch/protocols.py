@@ -1,0 +1,123 @@
+"""The seams. Each is small on purpose (as mini-swe-agent's Model/Environment): an implementation is
+picked by a string from a registry, and anything that fits the protocol can be plugged in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class LifeInfo:
+    """Which server life served a request, and how old it was at that moment."""
+
+    life_id: str
+    age_seconds: float
+    age_requests: int
+    age_tokens: int
+
+
+@runtime_checkable
+class Upstream(Protocol):
+    """Where the proxy sends requests. The supervisor's current server life is one; a fixed URL
+    is another."""
+
+    @property
+    def base_url(self) -> str:
+        """Root URL of the server, without ``/v1`` (for example ``http://127.0.0.1:8000``)."""
+        ...
+
+    def life(self) -> LifeInfo | None:
+        """The current server life and its age, or None when nobody supervises the server."""
+        ...
+
+
+@runtime_checkable
+class ServerProcess(Protocol):
+    """One server life: a process (or an external URL) the supervisor starts, watches and stops."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def start(self) -> None:
+        """Launch in a new process group; returns at once (readiness is the supervisor's job)."""
+        ...
+
+    def poll(self) -> int | None:
+        """The exit code if the process has ended, else None."""
+        ...
+
+    def stop(self, grace: float) -> int | None:
+        """SIGTERM the whole group, wait ``grace`` seconds, then SIGKILL; return the exit code."""
+        ...
+
+
+@dataclass(slots=True)
+class CommandResult:
+    """What one command run in a sandbox gave back."""
+
+    command: str
+    exit_code: int | None  # None: killed on timeout
+    output: str
+    duration: float
+    timed_out: bool = False
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """A fresh working copy of an instance's repository, never reused between attempts."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def run(self, command: str, timeout: float, env: Mapping[str, str] | None = None) -> CommandResult:
+        """Run a shell command inside the sandbox, in its own process group, with a scrubbed
+        environment, killed after ``timeout`` seconds."""
+        ...
+
+    def diff(self) -> str:
+        """The patch of the working tree against the base commit (``git diff``)."""
+        ...
+
+    def close(self) -> None:
+        """Remove the sandbox (unless it is kept for debugging)."""
+        ...
+
+
+@dataclass(slots=True)
+class AgentTask:
+    """Everything an agent gets for one attempt."""
+
+    attempt_id: str
+    instance: Mapping[str, Any]  # SWE-bench fields: instance_id, problem_statement, ...
+    sandbox: Sandbox
+    base_url: str  # the attempt's proxy URL, ending in /v1
+    model: str
+    api_key: str = "wedgewatch"
+    trajectory_path: Path | None = None
+
+
+@dataclass(slots=True)
+class AgentResult:
+    """A model-side ending. Infrastructure failures are raised (errors.InfraError), not returned."""
+
+    status: str  # "submitted" or "early_stop"
+    reason: str = ""  # early_stop reason, or "" for submitted
+    patch: str = ""
+    steps: int = 0
+    tokens: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """Solves one instance in one sandbox. Raises errors.ApiError / HarnessError for
+    infrastructure failures; returns an AgentResult for model-side endings."""
+
+    def run(self, task: AgentTask) -> AgentResult: ...

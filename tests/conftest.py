@@ -1,0 +1,78 @@
+"""Shared fixtures. Servers are real subprocesses on 127.0.0.1; nothing of ours is mocked."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class RunningServer:
+    """A server subprocess and the URL it printed on its first line."""
+
+    proc: subprocess.Popen[str]
+    url: str  # http://127.0.0.1:PORT (no /v1)
+    log_path: Path
+
+    @property
+    def v1(self) -> str:
+        return self.url + "/v1"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=10)
+
+
+def launch(argv: list[str], log_path: Path, timeout: float = 30.0) -> RunningServer:
+    """Start ``argv`` in its own process group and wait for ``listening on URL`` on stdout."""
+    log = log_path.open("w")
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True, cwd=ROOT
+    )
+    assert proc.stdout is not None
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    if not sel.select(timeout):
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise RuntimeError(f"{argv} printed nothing in {timeout}s; log:\n{log_path.read_text()}")
+    line = proc.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(f"{argv} first line was {line!r}; log:\n{log_path.read_text()}")
+    return RunningServer(proc, line.removeprefix("listening on ").rstrip("/"), log_path)
+
+
+@pytest.fixture
+def start_sim(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
+    """Factory: ``start_sim("--scenario", "healthy", "--time-scale", "10")`` -> RunningServer."""
+    started: list[RunningServer] = []
+
+    def _start(*args: str) -> RunningServer:
+        n = len(started)
+        server = launch(
+            [sys.executable, "-m", "wedgewatch", "sim", "--port", "0", *args], tmp_path / f"sim{n}.log"
+        )
+        started.append(server)
+        return server
+
+    yield _start
+    for s in started:
+        s.stop()
