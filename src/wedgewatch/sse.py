@@ -37,15 +37,20 @@ class SSEEvent:
 class SSEParser:
     """Feed bytes as they arrive; get complete events back."""
 
-    __slots__ = ("_buf", "_current")
+    __slots__ = ("_after_cr", "_buf", "_current")
 
     def __init__(self) -> None:
         self._buf = b""
         self._current = SSEEvent()
+        self._after_cr = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if self._after_cr and chunk[:1] == b"\n":
+            chunk = chunk[1:]  # the \n of a \r\n split across two reads
+        self._after_cr = False
         if b"\r" in chunk:
             # Rare in practice (vLLM, SGLang and llama.cpp all send \n); normalise once.
+            self._after_cr = chunk.endswith(b"\r")
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buf = self._buf + chunk if self._buf else chunk
         events: list[SSEEvent] = []

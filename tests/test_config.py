@@ -1,0 +1,70 @@
+"""The settings module: defaults, docstrings, and errors that name the file and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from wedgewatch.config import Config, load_config
+from wedgewatch.errors import BadInput, ConfigError
+
+
+def _models(model: type[BaseModel]) -> list[type[BaseModel]]:
+    out = [model]
+    for f in model.model_fields.values():
+        ann = f.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out += _models(ann)
+    return out
+
+
+def test_every_field_has_a_default_and_a_docstring() -> None:
+    for model in _models(Config):
+        for name, f in model.model_fields.items():
+            assert not f.is_required(), f"{model.__name__}.{name} has no default"
+            assert f.description, f"{model.__name__}.{name} has no docstring"
+
+
+def test_story_defaults() -> None:
+    c = Config()
+    assert c.run.concurrency == 4
+    assert c.run.attempts == 3
+    assert c.watchdog.total_timeout == 240
+    assert (c.server.warmup.count, c.server.warmup.prompt, c.server.warmup.max_tokens) == (
+        2,
+        "Write hello world.",
+        40,
+    )
+    assert c.server.restart_after_api_errors == 2
+    assert c.server.fresh is True
+    assert c.server.host == "127.0.0.1"
+
+
+def test_bad_field_names_file_and_field(tmp_path: Path) -> None:
+    p = tmp_path / "run.toml"
+    p.write_text("[run]\nconcurrency = 0\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(p)
+    assert str(exc.value).startswith(f"{p}: run.concurrency: ")
+    assert isinstance(exc.value, BadInput)
+
+
+def test_unknown_field_and_bad_toml_and_missing_file(tmp_path: Path) -> None:
+    p = tmp_path / "run.toml"
+    p.write_text("[watchdog]\nttft = 3\n")
+    with pytest.raises(ConfigError, match=r"watchdog\.ttft: Extra inputs"):
+        load_config(p)
+    p.write_text("[run\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(p)
+    with pytest.raises(ConfigError, match=r"nope\.toml"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_hash_follows_the_snapshot() -> None:
+    a, b = Config(), Config()
+    assert a.hash() == b.hash()
+    b.run.seed = 1
+    assert a.hash() != b.hash()
