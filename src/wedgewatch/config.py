@@ -143,7 +143,11 @@ class AgentConfig(_Section):
     temperature: float = Field(0.0, ge=0)
     """Sampling temperature of each model request."""
     command: list[str] = Field(default_factory=list)
-    """argv template of the `command` agent: {instance_id} {workdir} {problem_file} {base_url}."""
+    """argv template of the `command` agent: {instance_id} {workdir} {problem_file} {base_url}
+    {model} {attempt_id} {patch_file} (docs/agents.md)."""
+    miniswe_config: str = "mini"
+    """mini-swe-agent config whose prompt templates the `mini-swe-agent` agent uses: a bundled
+    name (`mini`, mini's own default with tool calls; `swebench`) or a YAML path."""
     timeout: float = Field(3600.0, gt=0)
     """Seconds a whole attempt may take before it is ended as `harness_error`."""
 
