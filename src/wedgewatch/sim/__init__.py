@@ -1,0 +1,1 @@
+"""The simulator: an OpenAI-compatible server shaped like vLLM that wedges on purpose."""

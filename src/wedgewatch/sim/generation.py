@@ -1,0 +1,227 @@
+"""One generation request, from arrival to its last byte: queue, prefill, tokens, faults.
+
+Each request is one asyncio task (aiohttp's handler task) with one timer at a time. The chunks
+are encoded before the first token; when the event loop falls behind, every token that is due
+goes out in one write, so a busy simulator slows its wall-clock rate gracefully instead of
+piling up timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import sys
+
+from aiohttp import web
+
+from wedgewatch.sim.chunks import DONE, PING, ChatEncoder, CompletionEncoder, Reply
+from wedgewatch.sim.engine import Engine
+from wedgewatch.sim.parse import GenRequest
+from wedgewatch.sim.scenario import Fault
+
+log = logging.getLogger(__name__)
+
+_BOUNDARY_ACTIONS = ("stall_after", "drop", "crash", "wedge")
+
+
+class Generation:
+    def __init__(
+        self,
+        engine: Engine,
+        request: web.Request,
+        req: GenRequest,
+        reply: Reply,
+        fault: Fault | None,
+        arrived: float,
+    ) -> None:
+        self.e = engine
+        self.request = request
+        self.req = req
+        self.reply = reply
+        self.fault = fault
+        self.arrived = arrived
+        self.loop = asyncio.get_running_loop()
+        self.enc = (
+            ChatEncoder(req.model, reply) if req.kind == "chat" else CompletionEncoder(req.model, reply)
+        )
+        self.resp: web.StreamResponse | None = None
+        self.ping = engine.ping
+        self.last_write = arrived
+        self.slot = False
+        self.kv = 0
+        self.outcome = "aborted"
+
+    async def run(self) -> web.StreamResponse:
+        e, st = self.e, self.e.stats
+        st.in_flight += 1
+        try:
+            return await self._run()
+        finally:
+            st.in_flight -= 1
+            if self.outcome == "completed":
+                st.completed += 1
+            elif self.outcome == "dropped":
+                st.dropped += 1
+            else:
+                st.aborted += 1
+                e.m.success["abort"] += 1
+            if self.slot:
+                e.release()
+                e.m.kv_tokens -= self.kv
+
+    async def _run(self) -> web.StreamResponse:
+        e, req, m = self.e, self.req, self.e.m
+        if req.stream:
+            self.resp = web.StreamResponse(
+                headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+            )
+            await self.resp.prepare(self.request)
+            role = self.enc.role_chunk()
+            if role:
+                await self._write(role)
+        await self._acquire()
+        n = len(self.reply.units)
+        wedge_at = e.admit(req.adapter, n)
+        self.kv = req.prompt_tokens
+        m.kv_tokens += self.kv
+
+        cached = e.cached_tokens(req.prefix_keys, req.prompt_tokens)
+        await self._sleep_until(self.loop.time() + (req.prompt_tokens - cached) / e.prefill_rate)
+        if e.wedged:
+            await self._stall()
+        m.prompt_tokens += req.prompt_tokens
+        m.prefix_queries += req.prompt_tokens if e.opts.prefix_caching else 0
+        m.prefix_hits += cached
+        m.iteration.observe(req.prompt_tokens - cached + 1)
+        e.remember_prefixes(req.prefix_keys)
+
+        stop_at, action, rate = n, "", e.token_rate
+        f = self.fault
+        if f is not None:
+            if f.action == "stall_ttft":
+                stop_at, action = 0, "stall"
+            elif f.action in _BOUNDARY_ACTIONS:
+                stop_at, action = min(f.after_tokens, max(n - 1, 0)), f.action
+            elif f.action == "trickle":
+                rate = f.rate * e.scale
+        if wedge_at is not None and wedge_at < stop_at:
+            stop_at, action = wedge_at, "stochastic_wedge"
+        await self._emit(stop_at, rate)
+        if action:
+            await self._strike(action)
+
+        self.outcome = "completed"
+        m.success["length" if self.reply.finish_reason == "length" else "stop"] += 1
+        if self.resp is None:
+            return web.json_response(self.enc.body(req.prompt_tokens))
+        tail = DONE
+        if req.include_usage:
+            tail = self.enc.usage_chunk(req.prompt_tokens, n) + DONE
+        await self.resp.write(tail)
+        await self.resp.write_eof()
+        return self.resp
+
+    async def _write(self, data: bytes) -> None:
+        assert self.resp is not None
+        await self.resp.write(data)
+        self.last_write = self.loop.time()
+
+    async def _acquire(self) -> None:
+        if self.ping is None or self.resp is None:
+            await self.e.acquire()
+            self.slot = True
+            return
+        task = asyncio.ensure_future(self.e.acquire())
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=self.ping)
+                if not task.done():
+                    await self._write(PING)
+        finally:
+            if task.done() and not task.cancelled() and task.exception() is None:
+                self.slot = True
+            else:
+                task.cancel()
+        task.result()
+
+    async def _sleep_until(self, deadline: float) -> None:
+        """Wait, sending ``: ping`` comments on a stream when --sse-ping-interval is set."""
+        if self.ping is None or self.resp is None:
+            if math.isinf(deadline):
+                await self.loop.create_future()  # until the client goes away
+            await asyncio.sleep(deadline - self.loop.time())
+            return
+        while True:
+            now = self.loop.time()
+            next_ping = self.last_write + self.ping
+            if deadline <= next_ping:
+                await asyncio.sleep(deadline - now)
+                return
+            await asyncio.sleep(next_ping - now)
+            await self._write(PING)
+
+    async def _stall(self) -> None:
+        await self._sleep_until(math.inf)
+
+    async def _emit(self, stop: int, rate: float) -> None:
+        """Send units [0, stop) at ``rate`` per second, the first one right after prefill."""
+        if stop <= 0:
+            return
+        e, m, st = self.e, self.e.m, self.e.stats
+        chunks = self.enc.unit_chunks() if self.resp is not None else None
+        loop, interval = self.loop, 1.0 / rate
+        t_next = t_prev = loop.time()
+        i = 0
+        while i < stop:
+            now = loop.time()
+            if now < t_next:
+                await self._sleep_until(t_next)
+                now = loop.time()
+            if e.wedged:
+                await self._stall()
+            k = min(stop - i, 1 + int((now - t_next) * rate))
+            if chunks is not None:
+                await self._write(chunks[i] if k == 1 else b"".join(chunks[i : i + k]))
+            m.generation_tokens += k
+            m.kv_tokens += k
+            self.kv += k
+            st.tokens_generated += k
+            if i == 0:
+                m.ttft.observe(now - self.arrived)
+                if k > 1:
+                    m.itl.observe(0.0, k - 1)
+            else:
+                m.itl.observe((now - t_prev) / k, k)
+            t_prev = now
+            i += k
+            t_next += k * interval
+
+    async def _flush(self) -> None:
+        tr = self.request.transport
+        for _ in range(400):
+            if tr is None or tr.is_closing() or tr.get_write_buffer_size() == 0:
+                return
+            await asyncio.sleep(0.005)
+
+    async def _strike(self, action: str) -> None:
+        """Apply a fault at its boundary; never returns (the request ends by cancellation)."""
+        fault = self.fault
+        if action == "wedge" or action == "stochastic_wedge":
+            self.e.wedge("scripted" if action == "wedge" else "stochastic")
+        elif action == "drop":
+            await self._flush()
+            self.outcome = "dropped"
+            if self.request.transport is not None:
+                self.request.transport.close()
+            log.warning("fault: dropped a connection after %d tokens", fault.after_tokens if fault else 0)
+        elif action == "crash":
+            await self._flush()
+            code = fault.exit_code if fault is not None else 1
+            log.error("fault: crashing with exit code %d", code)
+            for h in logging.getLogger().handlers:
+                h.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        await self._stall()

@@ -1,0 +1,171 @@
+"""Reading a generation request's body the way vLLM's OpenAI server does, and its error answers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiohttp import web
+
+from wedgewatch.sim import tokenizer
+
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
+
+
+class RequestRejected(Exception):
+    """The request is answered with an OpenAI-shaped error instead of a generation."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+    def response(self) -> web.Response:
+        return error_response(self.status, self.message, self.param)
+
+
+def error_response(status: int, message: str, param: str | None = None) -> web.Response:
+    kind = _ERROR_TYPES.get(status, "ServiceUnavailableError" if status == 503 else "APIError")
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return web.json_response(body, status=status)
+
+
+@dataclass(slots=True)
+class GenRequest:
+    """A validated generation request."""
+
+    kind: Literal["chat", "completion"]
+    model: str
+    adapter: str | None  # the LoRA adapter it is served as, or None for the base model
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    max_tokens: int | None
+    stream: bool
+    include_usage: bool
+    stop: list[str]
+    prompt_tokens: int
+    match_text: str  # the last user message, or the completion prompt
+    prefix_keys: list[tuple[int, int]] = field(default_factory=list)
+    """(hash, prompt tokens) of each message prefix, shortest first: the prefix cache's keys."""
+
+
+def _bad(message: str, param: str | None = None) -> RequestRejected:
+    return RequestRejected(400, message, param)
+
+
+def _int_or_none(body: dict[str, Any], key: str) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise _bad(f"{key} must be a positive integer, got {v!r}", key)
+    return v
+
+
+def parse(
+    body: Any,
+    kind: Literal["chat", "completion"],
+    served_names: list[str],
+    adapters: dict[str, str],
+    max_model_len: int,
+) -> GenRequest:
+    if not isinstance(body, dict):
+        raise _bad("the request body must be a JSON object")
+    model = body.get("model", served_names[0])
+    if not isinstance(model, str):
+        raise _bad("model must be a string", "model")
+    if model in served_names:
+        adapter = None
+    elif model in adapters:
+        adapter = model
+    else:
+        raise RequestRejected(404, f"The model `{model}` does not exist.", "model")
+    n = body.get("n", 1)
+    if n != 1:
+        raise _bad("the simulator serves n=1 only", "n")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _bad("stream must be a boolean", "stream")
+    opts = body.get("stream_options") or {}
+    if not isinstance(opts, dict):
+        raise _bad("stream_options must be an object", "stream_options")
+    include_usage = bool(opts.get("include_usage", False))
+    max_tokens = _int_or_none(body, "max_completion_tokens") or _int_or_none(body, "max_tokens")
+    stop = body.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise _bad("stop must be a string or a list of strings", "stop")
+
+    tools = body.get("tools")
+    if tools is not None and not (
+        isinstance(tools, list)
+        and all(isinstance(t, dict) and isinstance(t.get("function"), dict) for t in tools)
+    ):
+        raise _bad("tools must be a list of function tools", "tools")
+    if kind == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _bad("messages must be a non-empty list", "messages")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise _bad(f"messages[{i}] must be an object with a role", "messages")
+            content = m.get("content")
+            if content is not None and not isinstance(content, str | list):
+                raise _bad(f"messages[{i}].content must be a string or a list of parts", "messages")
+        keys: list[tuple[int, int]] = []
+        h, prompt_tokens = 0, tokenizer.REPLY_PRIMER
+        match_text = ""
+        for m in messages:
+            text = tokenizer.content_text(m.get("content"))
+            if m["role"] == "user":
+                match_text = text
+            h = hash((h, m["role"], text))
+            prompt_tokens += tokenizer.message_tokens(m)
+            keys.append((h, prompt_tokens))
+        if tools:
+            prompt_tokens += tokenizer.count(json.dumps(tools, separators=(",", ":")))
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            prompt_tokens, match_text = len(prompt), ""
+        elif isinstance(prompt, str):
+            prompt_tokens, match_text = tokenizer.count(prompt), prompt
+        else:
+            raise _bad("prompt must be a string (one prompt per request)", "prompt")
+        messages = [{"role": "user", "content": match_text}]
+        keys = [(hash(("prompt", match_text)), prompt_tokens)]
+        tools = None
+
+    total = prompt_tokens + (max_tokens or 0)
+    if total > max_model_len:
+        if max_tokens is None:
+            msg = (
+                f"This model's maximum context length is {max_model_len} tokens. However, your request "
+                f"has {prompt_tokens} input tokens. Please reduce the length of the input messages."
+            )
+        else:
+            msg = (
+                f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+                f"{total} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion."
+            )
+        raise _bad(msg, "messages" if kind == "chat" else "prompt")
+    return GenRequest(
+        kind=kind,
+        model=model,
+        adapter=adapter,
+        messages=messages,
+        tools=tools or None,
+        max_tokens=max_tokens,
+        stream=stream,
+        include_usage=include_usage,
+        stop=stop,
+        prompt_tokens=prompt_tokens,
+        match_text=match_text,
+        prefix_keys=keys,
+    )

@@ -1,0 +1,217 @@
+"""The HTTP face of the simulator: vLLM's endpoints on aiohttp, plus /sim/stats."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+from collections.abc import Callable
+from typing import Literal
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from wedgewatch import __version__
+from wedgewatch.errors import BadInput
+from wedgewatch.sim.chunks import plan_reply
+from wedgewatch.sim.engine import Engine, SimOptions
+from wedgewatch.sim.faults import RequestKey
+from wedgewatch.sim.generation import Generation
+from wedgewatch.sim.metrics import make_registry, render
+from wedgewatch.sim.parse import RequestRejected, error_response, parse
+from wedgewatch.sim.policy import PolicyRequest, get_policy
+from wedgewatch.sim.scenario import Scenario, load_scenario
+
+log = logging.getLogger(__name__)
+
+ENGINE: web.AppKey[Engine] = web.AppKey("engine", Engine)
+VLLM_VERSION = "0.21.0"  # the vLLM release the simulator imitates (the story's)
+
+
+async def health(request: web.Request) -> web.Response:
+    if not request.app[ENGINE].ready():
+        return web.json_response({}, status=503)
+    return web.json_response({})
+
+
+async def version(request: web.Request) -> web.Response:
+    return web.json_response({"version": VLLM_VERSION, "simulator": f"wedgewatch {__version__}"})
+
+
+async def models(request: web.Request) -> web.Response:
+    e = request.app[ENGINE]
+    created = int(e.started)
+    perm = [
+        {
+            "id": "modelperm-sim",
+            "object": "model_permission",
+            "created": created,
+            "allow_create_engine": False,
+            "allow_sampling": True,
+            "allow_logprobs": True,
+            "allow_search_indices": False,
+            "allow_view": True,
+            "allow_fine_tuning": False,
+            "organization": "*",
+            "group": None,
+            "is_blocking": False,
+        }
+    ]
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": e.opts.model,
+            "parent": None,
+            "max_model_len": e.opts.max_model_len,
+            "permission": perm,
+        }
+        for name in e.served_names
+    ]
+    data += [
+        {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": path,
+            "parent": e.served_names[0],
+            "max_model_len": None,
+            "permission": perm,
+        }
+        for name, path in e.opts.lora_modules.items()
+    ]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = render(request.app["registry"])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def sim_stats(request: web.Request) -> web.Response:
+    return web.json_response(request.app[ENGINE].info())
+
+
+async def _generate(request: web.Request, kind: Literal["chat", "completion"]) -> web.StreamResponse:
+    e = request.app[ENGINE]
+    arrived = asyncio.get_running_loop().time()
+    if not e.ready():
+        e.stats.rejected += 1
+        return error_response(503, "The server is starting up.")
+    try:
+        body = json.loads(await request.read())
+        req = parse(body, kind, e.served_names, e.opts.lora_modules, e.opts.max_model_len)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        e.stats.rejected += 1
+        return error_response(400, "the request body is not valid JSON")
+    except RequestRejected as exc:
+        e.stats.rejected += 1
+        return exc.response()
+    st = e.stats
+    st.received += 1
+    st.by_path[request.path] = st.by_path.get(request.path, 0) + 1
+    fault = e.faults.match(RequestKey(st.received, req.match_text, req.model))
+    if fault is not None:
+        st.faults[fault.action] = st.faults.get(fault.action, 0) + 1
+        if fault.action == "http_error":
+            st.http_errors += 1
+            return error_response(fault.status, f"simulated fault: HTTP {fault.status}")
+    limit = req.max_tokens or max(e.opts.max_model_len - req.prompt_tokens, 1)
+    answer = e.policy.reply(
+        PolicyRequest(
+            kind=kind,
+            model=req.model,
+            messages=req.messages,
+            tools=req.tools,
+            max_tokens=req.max_tokens,
+            seed=e.opts.seed,
+            skill=e.scenario.policy.skill,
+        )
+    )
+    reply = plan_reply(answer, limit, req.stop, tools_allowed=req.tools is not None)
+    return await Generation(e, request, req, reply, fault, arrived).run()
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "chat")
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "completion")
+
+
+def build_app(engine: Engine) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[ENGINE] = engine
+    app["registry"] = make_registry(engine)
+    app.router.add_get("/health", health)
+    app.router.add_get("/version", version)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/sim/stats", sim_stats)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+def check_options(opts: SimOptions) -> None:
+    if opts.lora_modules and not opts.enable_lora:
+        raise BadInput("--lora-modules: needs --enable-lora")
+    if opts.time_scale <= 0:
+        raise BadInput("--time-scale: must be > 0")
+
+
+async def _serve(opts: SimOptions, scenario: Scenario, on_listening: Callable[[str], None]) -> int:
+    engine = Engine(opts, scenario, get_policy(opts.policy))
+    runner = web.AppRunner(
+        build_app(engine), handler_cancellation=True, access_log=None, shutdown_timeout=0.5
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, opts.host, opts.port)
+    await site.start()
+    server = site._server
+    assert isinstance(server, asyncio.base_events.Server)
+    port = server.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    engine.ready_at = loop.time() + scenario.startup.unready_seconds / opts.time_scale
+    host = "127.0.0.1" if opts.host in ("", "0.0.0.0") else opts.host
+    on_listening(f"http://{host}:{port}")
+    log.warning(
+        "sim: listening on port %d: scenario %s, model %s, max_num_seqs %d, time scale %g",
+        port,
+        scenario.name,
+        engine.served_names[0],
+        engine.max_num_seqs,
+        opts.time_scale,
+    )
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    if scenario.startup.ignore_sigterm:
+        loop.add_signal_handler(signal.SIGTERM, lambda: log.warning("sim: SIGTERM ignored (scenario)"))
+    else:
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    log.warning("sim: shutting down")
+    try:
+        await asyncio.wait_for(runner.cleanup(), 3.0)
+    except TimeoutError:
+        log.warning("sim: shutdown timed out; exiting anyway")
+    return 0
+
+
+def serve(opts: SimOptions, on_listening: Callable[[str], None]) -> int:
+    """Run the simulator until SIGTERM/SIGINT; return the exit code. ``on_listening(url)`` is
+    called once the socket listens (the CLI prints it as the first line of stdout)."""
+    check_options(opts)
+    scenario = load_scenario(opts.scenario)
+    if scenario.startup.exit_code is not None:
+        log.error(
+            "sim: scenario %s exits with code %d before listening", scenario.name, scenario.startup.exit_code
+        )
+        return scenario.startup.exit_code
+    get_policy(opts.policy)  # an unknown policy is bad input before anything listens
+    return asyncio.run(_serve(opts, scenario, on_listening))
