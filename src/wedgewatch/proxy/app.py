@@ -1,0 +1,174 @@
+"""The watchdog proxy as a library object: ``Proxy(upstream).start()`` in any event loop.
+
+Routes: ``/a/<attempt_id>/<path>`` tags a request with an attempt and ``/<path>`` leaves it
+untagged; POST to ``/v1/chat/completions`` or ``/v1/completions`` is a watched generation, any
+other request passes through. ``/wedgewatch/metrics`` and ``/wedgewatch/status`` are the proxy's own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from wedgewatch.config import WatchdogConfig
+from wedgewatch.events import EventBus
+from wedgewatch.ledger import Ledger
+from wedgewatch.protocols import Upstream
+from wedgewatch.proxy.assemble import Kind
+from wedgewatch.proxy.context import Context, error_object, error_response
+from wedgewatch.proxy.exchange import Exchange
+from wedgewatch.proxy.metrics import ProxyMetrics
+from wedgewatch.proxy.passthrough import passthrough
+from wedgewatch.proxy.records import RecordSink
+from wedgewatch.proxy.upstream import StaticUpstream
+
+log = logging.getLogger(__name__)
+
+GENERATIONS: dict[str, Kind] = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+_ATTEMPT = re.compile(r"^/a/([A-Za-z0-9._:-]{1,128})(/.*)$")
+
+
+class Proxy:
+    """The watchdog proxy. ``upstream`` is an ``Upstream`` (read at each request's start, so a
+    supervisor can swap server lives underneath) or a URL."""
+
+    def __init__(
+        self,
+        upstream: Upstream | str,
+        watchdog: WatchdogConfig | None = None,
+        *,
+        ledger: Ledger | None = None,
+        records_path: Path | None = None,
+        bus: EventBus | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.upstream: Upstream = StaticUpstream(upstream) if isinstance(upstream, str) else upstream
+        self.watchdog = watchdog or WatchdogConfig()
+        self._bus = bus or EventBus()
+        self._clock = clock
+        self._sink = RecordSink(ledger, None if ledger is not None else records_path)
+        self._ctx: Context | None = None
+        self._runner: web.AppRunner | None = None
+        self._url: str | None = None
+
+    @property
+    def bus(self) -> EventBus:
+        return self._bus
+
+    @property
+    def url(self) -> str:
+        """Root URL of the proxy (``http://127.0.0.1:PORT``); clients use ``url + "/v1"``."""
+        if self._url is None:
+            raise RuntimeError("the proxy is not started")
+        return self._url
+
+    def in_flight(self, attempt_id: str | None = None) -> int:
+        """Generation requests in flight (only those of ``attempt_id`` when given)."""
+        if self._ctx is None:
+            return 0
+        if attempt_id is None:
+            return len(self._ctx.inflight)
+        return sum(1 for ex in self._ctx.inflight.values() if ex.attempt_id == attempt_id)
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30)
+        session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),  # the watchdog owns deadlines
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        metrics = ProxyMetrics(lambda: float(self.in_flight()))
+        self._ctx = Context(
+            session, self.upstream, self.watchdog, self._clock, self._bus, self._sink, metrics
+        )
+        app = web.Application(client_max_size=64 * 1024**2)
+        app.router.add_get("/wedgewatch/metrics", self._metrics)
+        app.router.add_get("/wedgewatch/status", self._status)
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        # handler_cancellation: a client that disconnects cancels its handler, which aborts upstream.
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        sockname = self._runner.addresses[0]
+        shown = f"[{host}]" if ":" in host else host
+        self._url = f"http://{shown}:{sockname[1]}"
+        log.info("proxy on %s -> %s", self._url, self.upstream.base_url)
+        return self._url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._ctx is not None:
+            await self._ctx.session.close()
+        await self._sink.close()
+
+    async def __aenter__(self) -> Proxy:
+        if self._url is None:
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- handlers -----------------------------------------------------------------------------
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        ctx = self._ctx
+        assert ctx is not None
+        path, attempt_id = request.path, None
+        m = _ATTEMPT.match(path)
+        if m is not None:
+            attempt_id, path = m.group(1), m.group(2)
+        elif path.startswith("/a/"):
+            msg = f"bad attempt path {path!r}: expected /a/<attempt_id>/v1/..."
+            return error_response(404, error_object("invalid_request_error", "bad_attempt_path", msg))
+        kind = GENERATIONS.get(path) if request.method == "POST" else None
+        if kind is None:
+            return await passthrough(ctx, request, path)
+        return await Exchange(ctx, request, kind, path, attempt_id).run()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        assert self._ctx is not None
+        return web.Response(
+            body=self._ctx.metrics.render(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    async def _status(self, request: web.Request) -> web.Response:
+        return web.Response(text=json.dumps(self.status(), indent=1), content_type="application/json")
+
+    def status(self) -> dict[str, Any]:
+        """What ``/wedgewatch/status`` shows: each in-flight request and how long since its last token."""
+        ctx = self._ctx
+        now = self._clock()
+        rows = []
+        for ex in list(ctx.inflight.values()) if ctx else []:
+            rows.append(
+                {
+                    "request_id": ex.request_id,
+                    "attempt_id": ex.attempt_id,
+                    "path": ex.path,
+                    "model": ex.model,
+                    "life_id": ex.life.life_id if ex.life else None,
+                    "client_stream": ex.client_stream,
+                    "elapsed": round(now - ex.t0, 3),
+                    "tokens_out": ex.watch.tokens,
+                    "ttft": None if ex.watch.ttft is None else round(ex.watch.ttft, 3),
+                    "seconds_since_last_token": round(ex.seconds_since_token(now), 3),
+                }
+            )
+        return {
+            "upstream": self.upstream.base_url,
+            "watchdog": self.watchdog.model_dump(),
+            "in_flight": rows,
+        }

@@ -1,0 +1,456 @@
+"""One generation request through the proxy, from the client's body to its row.
+
+The upstream is always asked for a stream. A streaming client gets each SSE event's ``data``
+bytes unchanged, framed afresh (``data: ...\\n\\n``) and written once per upstream read; nothing is
+sent before the first token, so a request that never produces one is always answered with a plain
+HTTP 503. One timer per request sits at the ``Watch``'s earliest deadline; when a deadline passes
+it closes the upstream connection, and the blocked read ends at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from wedgewatch.events import Event
+from wedgewatch.proxy.assemble import Assembler, Kind
+from wedgewatch.proxy.context import (
+    NO_RETRY,
+    REQUEST_ID_HEADER,
+    Context,
+    client_headers,
+    error_object,
+    error_response,
+    upstream_headers,
+)
+from wedgewatch.proxy.progress import error_code, finish_reason, has_usage, is_error, is_progress, progress_of
+from wedgewatch.proxy.records import (
+    CLIENT_DISCONNECT,
+    CLIENT_ERROR,
+    CONNECTION,
+    OK,
+    is_infra_outcome,
+    upstream_http,
+)
+from wedgewatch.proxy.watch import Stall, Watch
+from wedgewatch.sse import DONE, SSEEvent, SSEParser, encode_data
+
+log = logging.getLogger(__name__)
+
+_CLIENT_GONE = (ConnectionError, aiohttp.ClientConnectionResetError)
+_UPSTREAM_FAILED = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+
+
+class _Stalled(Exception):
+    """Internal: the watchdog closed the upstream connection."""
+
+
+def _snippet(data: bytes, limit: int = 300) -> str:
+    text = data.decode("utf-8", "replace").strip().replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class Exchange:
+    def __init__(
+        self, ctx: Context, request: web.Request, kind: Kind, path: str, attempt_id: str | None
+    ) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.kind = kind
+        self.path = path  # "/v1/chat/completions", without the /a/<attempt_id> prefix
+        self.attempt_id = attempt_id
+        self.request_id = secrets.token_hex(8)
+        self.started_at = time.time()
+        self.t0 = ctx.clock()
+        self.watch = Watch(ctx.cfg, self.t0, ctx.metrics.itl)
+        self.life = ctx.upstream.life()
+        self.base_url = ctx.upstream.base_url.rstrip("/")
+        self.model: str | None = None
+        self.client_stream = False
+        self.want_usage = False
+        self.stall: Stall | None = None
+        self.done = False  # the upstream said [DONE]: what follows cannot fail the request
+        self.finish: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self._error: dict[str, Any] | None = None  # an error object the upstream sent in its stream
+        self.out: web.StreamResponse | None = None  # set once the client's stream has begun
+        self._fetch: asyncio.Future[aiohttp.ClientResponse] | None = None
+        self._resp: aiohttp.ClientResponse | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._ended = False
+        self._loop = asyncio.get_running_loop()
+
+    # --- the watchdog timer -------------------------------------------------------------------
+
+    def _arm(self, when: float) -> None:
+        self._timer = self._loop.call_later(max(0.0, when - self.ctx.clock()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._ended:
+            return
+        result = self.watch.check(self.ctx.clock())
+        if isinstance(result, float):
+            self._arm(result)
+            return
+        if not self.done:
+            self.stall = result
+        self._abort_upstream()
+
+    def _abort_upstream(self) -> None:
+        """Close the upstream connection now: a vLLM request whose client left is aborted."""
+        if self._resp is not None:
+            self._resp.close()
+        elif self._fetch is not None:
+            self._fetch.cancel()
+
+    def seconds_since_token(self, now: float) -> float:
+        return now - (self.watch.last if self.watch.last is not None else self.t0)
+
+    # --- the request --------------------------------------------------------------------------
+
+    async def run(self) -> web.StreamResponse:
+        self.ctx.inflight[self.request_id] = self
+        try:
+            return await self._run()
+        except asyncio.CancelledError:
+            # aiohttp cancels the handler when the client disconnects: abort upstream at once.
+            self._abort_upstream()
+            if not self._ended:
+                self._record(OK if self.done else CLIENT_DISCONNECT, None, {})
+            raise
+        finally:
+            self._ended = True
+            if self._timer is not None:
+                self._timer.cancel()
+            if self._resp is not None:
+                self._resp.release()
+            self.ctx.inflight.pop(self.request_id, None)
+
+    async def _run(self) -> web.StreamResponse:
+        raw = await self.request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            msg = "the request body is not a JSON object"
+            await self._end(CLIENT_ERROR, 400, {"error": msg})
+            return error_response(
+                400, error_object("invalid_request_error", "invalid_json", msg), self.request_id
+            )
+        model = body.get("model")
+        self.model = model if isinstance(model, str) else None
+        self.client_stream = body.get("stream") is True
+        opts = body.get("stream_options")
+        opts = opts if isinstance(opts, dict) else {}
+        self.want_usage = self.client_stream and opts.get("include_usage") is True
+        body["stream"] = True
+        body["stream_options"] = {**opts, "include_usage": True}
+        payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        self._arm(self.watch.deadline()[0])
+        try:
+            resp = await self._open(payload)
+            if resp.status >= 400:
+                return await self._upstream_status(resp)
+            if "text/event-stream" not in resp.headers.get("Content-Type", ""):
+                return await self._plain(resp)
+            return await self._stream(resp)
+        except _Stalled:
+            return await self._stalled()
+        except _UPSTREAM_FAILED as exc:
+            if self.stall is not None:
+                return await self._stalled()
+            where = f"after {self.watch.tokens} tokens" if self.watch.tokens else "before any token"
+            msg = f"upstream connection failed {where}: {type(exc).__name__}: {exc}"
+            return await self._fail(CONNECTION, 502, "upstream_error", msg)
+
+    async def _open(self, payload: bytes) -> aiohttp.ClientResponse:
+        headers = upstream_headers(self.request.headers, drop=("accept-encoding",))
+        headers["Accept-Encoding"] = "identity"  # SSE must not be buffered by a compressor
+        headers["Content-Type"] = "application/json"
+        url = (
+            self.base_url + self.path + (f"?{self.request.query_string}" if self.request.query_string else "")
+        )
+        self._fetch = asyncio.ensure_future(self.ctx.session.post(url, data=payload, headers=headers))
+        try:
+            self._resp = await self._fetch
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.stall is None or (task is not None and task.cancelling()):
+                raise
+            raise _Stalled from None
+        finally:
+            self._fetch = None
+        if self.stall is not None:  # the deadline passed as the headers arrived
+            raise _Stalled
+        return self._resp
+
+    async def _upstream_status(self, resp: aiohttp.ClientResponse) -> web.StreamResponse:
+        data = await resp.read()
+        if resp.status < 500:
+            # The client's fault: the upstream's answer goes back unchanged.
+            await self._end(CLIENT_ERROR, resp.status, {"error": _snippet(data)})
+            headers = client_headers(resp.headers, drop=("content-encoding",))
+            headers[REQUEST_ID_HEADER] = self.request_id
+            return web.Response(status=resp.status, body=data, headers=headers)
+        msg = f"upstream answered HTTP {resp.status}: {_snippet(data)}"
+        return await self._fail(upstream_http(resp.status), resp.status, "upstream_error", msg)
+
+    async def _plain(self, resp: aiohttp.ClientResponse) -> web.StreamResponse:
+        """An upstream that ignored ``stream: true``: its one answer goes back as it is."""
+        data = await resp.read()
+        if data:
+            self.watch.progress(self.ctx.clock())
+        self.done = True
+        try:
+            obj = json.loads(data)
+            self.usage = obj.get("usage") if isinstance(obj, dict) else None
+        except ValueError:
+            pass
+        await self._end(OK, resp.status, {"upstream_streamed": False})
+        headers = client_headers(resp.headers, drop=("content-encoding",))
+        headers[REQUEST_ID_HEADER] = self.request_id
+        return web.Response(status=resp.status, body=data, headers=headers)
+
+    # --- streaming ----------------------------------------------------------------------------
+
+    async def _stream(self, resp: aiohttp.ClientResponse) -> web.StreamResponse:
+        parser = SSEParser()
+        content = resp.content
+        clock = self.ctx.clock
+        asm = None if self.client_stream else Assembler(self.kind)
+        held: list[bytes] = []
+        eof = False
+        while not eof:
+            try:
+                chunk = await content.readany()
+            except _UPSTREAM_FAILED:
+                if self.stall is not None:
+                    raise _Stalled from None
+                if not self.done:
+                    raise
+                chunk = b""
+            if chunk:
+                events = parser.feed(chunk)
+            else:
+                eof = True
+                events = parser.close()
+            now = clock()
+            frames = self._events(events, now) if asm is None else self._assemble(events, now, asm)
+            if not self.client_stream:
+                continue
+            if self.out is None:
+                held += frames
+                if not (self.watch.tokens or self.done or self._error is not None or eof):
+                    continue
+                frames, held = held, []
+            try:
+                if self.out is None:
+                    self.out = await self._begin(resp)
+                if frames:
+                    await self.out.write(b"".join(frames))
+            except _CLIENT_GONE:
+                return await self._client_gone()
+        if self._error is not None:
+            return await self._in_stream_error(asm)
+        if not self.done and self.finish is None:
+            msg = f"the upstream stream ended without [DONE] after {self.watch.tokens} tokens"
+            return await self._fail(CONNECTION, 502, "upstream_error", msg)
+        return await self._ok(asm)
+
+    def _events(self, events: list[SSEEvent], now: float) -> list[bytes]:
+        """Classify a streaming client's events and return the frames to forward."""
+        frames: list[bytes] = []
+        for ev in events:
+            data = ev.data
+            if data is None:
+                if self.out is not None and ev.comments:
+                    frames.append(b"".join(b": " + c + b"\n" for c in ev.comments) + b"\n")
+                continue
+            if data == DONE:
+                self.done = True
+            elif is_progress(data):
+                self.watch.progress(now)
+            elif is_error(data):
+                self._error = self._decode(data) or {"error": {}}
+            elif has_usage(data):
+                obj = self._decode(data)
+                if obj is not None:
+                    self.usage = obj.get("usage")
+                    if not self.want_usage and not obj.get("choices"):
+                        continue  # the client did not ask for the usage-only chunk
+            fr = finish_reason(data)
+            if fr is not None:
+                self.finish = fr
+            frames.append(b"data: " + data + b"\n\n")
+        return frames
+
+    def _assemble(self, events: list[SSEEvent], now: float, asm: Assembler) -> list[bytes]:
+        """A non-streaming client's events: decode each and feed the assembler."""
+        for ev in events:
+            data = ev.data
+            if data is None:
+                continue
+            if data == DONE:
+                self.done = True
+                continue
+            obj = self._decode(data)
+            if obj is None:
+                continue
+            if "error" in obj:
+                self._error = obj
+                continue
+            if progress_of(obj):
+                self.watch.progress(now)
+            asm.feed(obj)
+            for choice in obj.get("choices") or ():
+                if isinstance(choice, dict) and choice.get("finish_reason") is not None:
+                    self.finish = choice["finish_reason"]
+        return []
+
+    @staticmethod
+    def _decode(data: bytes) -> dict[str, Any] | None:
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            return None
+        return obj if isinstance(obj, dict) else None
+
+    async def _begin(self, resp: aiohttp.ClientResponse) -> web.StreamResponse:
+        out = web.StreamResponse(status=200)
+        out.headers["Content-Type"] = resp.headers.get("Content-Type", "text/event-stream")
+        out.headers["Cache-Control"] = "no-cache"
+        out.headers[REQUEST_ID_HEADER] = self.request_id
+        await out.prepare(self.request)
+        return out
+
+    # --- endings ------------------------------------------------------------------------------
+
+    async def _ok(self, asm: Assembler | None) -> web.StreamResponse:
+        if asm is not None:
+            answer = asm.answer()
+            self.usage = asm.usage
+            await self._end(OK, 200, {"finish_reason": self.finish})
+            return web.Response(
+                body=json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode(),
+                content_type="application/json",
+                headers={REQUEST_ID_HEADER: self.request_id},
+            )
+        assert self.out is not None
+        # The row is on disk before the client's stream ends: whoever sees the end can read it.
+        await self._end(OK, 200, {"finish_reason": self.finish})
+        try:
+            await self.out.write_eof()
+        except _CLIENT_GONE:
+            pass
+        return self.out
+
+    async def _in_stream_error(self, asm: Assembler | None) -> web.StreamResponse:
+        err = self._error or {}
+        code = error_code(err)
+        outcome = CLIENT_ERROR if code < 500 else upstream_http(code)
+        inner = err.get("error")
+        message = inner.get("message") if isinstance(inner, dict) else None
+        if asm is None and self.out is not None:
+            # Already forwarded as the stream's last data line; the SDK raises on it.
+            await self._end(outcome, 200, {"error": message})
+            try:
+                await self.out.write_eof()
+            except _CLIENT_GONE:
+                pass
+            return self.out
+        if code < 500:
+            await self._end(outcome, code, {"error": message})
+            return error_response(code, err, self.request_id)
+        msg = f"upstream sent an error in its stream after {self.watch.tokens} tokens: {message}"
+        return await self._fail(outcome, code, "upstream_error", msg)
+
+    async def _stalled(self) -> web.StreamResponse:
+        stall = self.stall
+        assert stall is not None
+        self.ctx.metrics.stalls.labels(stall.kind).inc()
+        return await self._fail(stall.kind, 503, "upstream_stalled", stall.message, stall.detail())
+
+    async def _fail(
+        self, outcome: str, status: int, err_type: str, message: str, extra: dict[str, Any] | None = None
+    ) -> web.StreamResponse:
+        """An infrastructure failure: tell subscribers, write the row, then answer the client."""
+        self._abort_upstream()
+        obj = error_object(err_type, outcome, message)
+        if self.out is None:
+            await self._end(outcome, status, {"error": message, **(extra or {})})
+            return error_response(status, obj, self.request_id)
+        await self._end(outcome, 200, {"error": message, **(extra or {})})
+        try:
+            await self.out.write(encode_data(obj))
+            await self.out.write_eof()
+        except _CLIENT_GONE:
+            pass
+        return self.out
+
+    async def _client_gone(self) -> web.StreamResponse:
+        self._abort_upstream()
+        await self._end(OK if self.done else CLIENT_DISCONNECT, None, {})
+        return self.out or web.Response(status=499)
+
+    async def _end(self, outcome: str, status: int | None, detail: dict[str, Any]) -> None:
+        await asyncio.shield(self._record(outcome, status, detail))
+
+    def _record(self, outcome: str, status: int | None, detail: dict[str, Any]) -> asyncio.Future[None]:
+        """Publish the request's event, count it, and queue its row (once)."""
+        self._ended = True
+        watch = self.watch
+        duration = self.ctx.clock() - self.t0
+        life = self.life
+        usage = self.usage if isinstance(self.usage, dict) else {}
+        m = self.ctx.metrics
+        m.requests.labels(outcome).inc()
+        if watch.ttft is not None:
+            m.ttft.observe(watch.ttft)
+        ev_detail: dict[str, Any] = {"request_id": self.request_id, "path": self.path, "outcome": outcome}
+        if life is not None:
+            ev_detail["life_id"] = life.life_id
+        if outcome == OK:
+            ev_detail.update(tokens_out=watch.tokens, ttft=watch.ttft, duration=duration)
+            self.ctx.bus.publish(Event("request_ok", ev_detail, self.attempt_id))
+        elif self.stall is not None and outcome == self.stall.kind:
+            ev_detail.update(self.stall.detail(), message=self.stall.message)
+            self.ctx.bus.publish(Event("stall", ev_detail, self.attempt_id))
+        elif is_infra_outcome(outcome):
+            ev_detail.update(reason=outcome, status=status, message=detail.get("error"))
+            self.ctx.bus.publish(Event("upstream_error", ev_detail, self.attempt_id))
+        if outcome != OK:
+            log.info("request %s %s: %s", self.request_id, self.path, outcome)
+        row = {
+            "request_id": self.request_id,
+            "attempt_id": self.attempt_id,
+            "life_id": life.life_id if life else None,
+            "path": self.path,
+            "model": self.model,
+            "client_stream": int(self.client_stream),
+            "started_at": self.started_at,
+            "ttft": watch.ttft,
+            "tokens_out": watch.tokens,
+            "max_gap": watch.max_gap if watch.tokens > 1 else None,
+            "duration": duration,
+            "outcome": outcome,
+            "http_status": status,
+            "prompt_tokens": usage.get("prompt_tokens"),
+            "completion_tokens": usage.get("completion_tokens"),
+            "age_seconds": life.age_seconds if life else None,
+            "age_requests": life.age_requests if life else None,
+            "age_tokens": life.age_tokens if life else None,
+            "detail_json": {k: v for k, v in detail.items() if v is not None},
+        }
+        return self.ctx.sink.submit(row)
+
+
+__all__ = ["NO_RETRY", "Exchange"]

@@ -1,0 +1,93 @@
+"""What one ``data:`` payload of an OpenAI-style stream means to the watchdog.
+
+The streaming path looks at the raw bytes only as much as it must: a token-bearing chunk is found
+with a few ``bytes.find`` calls, and JSON is decoded only for the rare chunks the byte test cannot
+settle (tool-call fragments, non-compact JSON, usage, errors). Inside a JSON string every ``"`` is
+escaped, so a pattern such as ``"content":"`` can only match a real key.
+
+Progress is tokens: content, reasoning, tool-call fragments, completion text. A role-only chunk,
+an empty delta, a usage-only chunk and SSE comments are not progress.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# Keys whose non-empty string value is generated text. "reasoning" is vLLM >= 0.10's new name.
+_TEXT_KEYS = (b'"content":"', b'"reasoning_content":"', b'"reasoning":"', b'"text":"')
+_FINISH = b'"finish_reason":"'
+
+
+def is_error(data: bytes) -> bool:
+    """An in-stream error object (vLLM and SGLang send ``data: {"error": ...}``)."""
+    return data[:16].lstrip().startswith(b'{"error"')
+
+
+def has_usage(data: bytes) -> bool:
+    return b'"usage":{' in data or b'"usage": {' in data
+
+
+def is_progress(data: bytes) -> bool:
+    """Does this chunk carry generated tokens? Decodes JSON only when the bytes cannot tell."""
+    for key in _TEXT_KEYS:
+        i = data.find(key)
+        if i >= 0 and data[i + len(key) : i + len(key) + 1] != b'"':
+            return True
+    if b'"tool_calls"' in data or b'": ' in data:
+        try:
+            return progress_of(json.loads(data))
+        except ValueError:
+            return False
+    return False
+
+
+def finish_reason(data: bytes) -> str | None:
+    i = data.find(_FINISH)
+    if i < 0:
+        return None
+    i += len(_FINISH)
+    j = data.find(b'"', i)
+    return data[i:j].decode("utf-8", "replace") if j > i else None
+
+
+def _nonempty(v: Any) -> bool:
+    return isinstance(v, str) and v != ""
+
+
+def progress_of(obj: Any) -> bool:
+    """The same question as ``is_progress`` for an already decoded chunk."""
+    if not isinstance(obj, dict):
+        return False
+    for choice in obj.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        if _nonempty(choice.get("text")):
+            return True
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            continue
+        if (
+            _nonempty(delta.get("content"))
+            or _nonempty(delta.get("reasoning_content"))
+            or _nonempty(delta.get("reasoning"))
+        ):
+            return True
+        for call in delta.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and (_nonempty(fn.get("name")) or _nonempty(fn.get("arguments"))):
+                return True
+    return False
+
+
+def error_code(obj: Any) -> int:
+    """The HTTP-like status of an in-stream error object (500 when it does not say)."""
+    err = obj.get("error") if isinstance(obj, dict) else None
+    if isinstance(err, dict):
+        for key in ("code", "status"):
+            v = err.get(key)
+            if isinstance(v, int) and 400 <= v <= 599:
+                return v
+            if isinstance(v, str) and v.isdigit() and 400 <= int(v) <= 599:
+                return int(v)
+    return 500

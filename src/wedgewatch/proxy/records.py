@@ -1,0 +1,97 @@
+"""Request outcomes, and where request rows go (the ledger's ``requests`` table or JSONL).
+
+Rows are group-committed: every request that ends while a write is in progress joins the next
+batch, so a busy proxy pays one SQLite transaction per batch, not per request, and the event loop
+never waits on the disk (writes run in a worker thread). A handler awaits its own row before it
+sends the client its last byte, so whoever sees a request end can already read its row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from wedgewatch.ledger import Ledger
+from wedgewatch.proxy.watch import STALL_KINDS
+
+log = logging.getLogger(__name__)
+
+OK = "ok"
+CONNECTION = "connection"
+CLIENT_DISCONNECT = "client_disconnect"
+CLIENT_ERROR = "client_error"
+UPSTREAM_HTTP_PREFIX = "upstream_http_"
+
+# Outcomes that are the infrastructure's fault (the runner retries the attempt), besides every
+# ``upstream_http_<5xx>``, which ``is_infra_outcome`` also accepts.
+INFRA_OUTCOMES = frozenset({*STALL_KINDS, CONNECTION})
+# Outcomes that say nothing against the infrastructure.
+OTHER_OUTCOMES = frozenset({OK, CLIENT_DISCONNECT, CLIENT_ERROR})
+
+
+def upstream_http(status: int) -> str:
+    return f"{UPSTREAM_HTTP_PREFIX}{status}"
+
+
+def is_infra_outcome(outcome: str) -> bool:
+    """True for a stall kind, ``connection`` and ``upstream_http_<code>``."""
+    return outcome in INFRA_OUTCOMES or outcome.startswith(UPSTREAM_HTTP_PREFIX)
+
+
+class RecordSink:
+    """Writes request rows to a ledger, or to a JSONL file, or nowhere when given neither."""
+
+    def __init__(self, ledger: Ledger | None = None, path: Path | None = None) -> None:
+        self._ledger = ledger
+        self._path = Path(path) if path is not None else None
+        self._pending: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        if self._path is not None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def enabled(self) -> bool:
+        return self._ledger is not None or self._path is not None
+
+    def submit(self, row: Mapping[str, Any]) -> asyncio.Future[None]:
+        """Queue a row; the future resolves once it is on disk (or its write failed and was logged)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        if not self.enabled:
+            fut.set_result(None)
+            return fut
+        self._pending.append((dict(row), fut))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush())
+        return fut
+
+    async def write(self, row: Mapping[str, Any]) -> None:
+        # shield: a client that leaves while its row is written must not lose the row.
+        await asyncio.shield(self.submit(row))
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await asyncio.to_thread(self._write_batch, [row for row, _ in batch])
+            except Exception:
+                log.exception("could not write %d request rows", len(batch))
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def _write_batch(self, rows: list[dict[str, Any]]) -> None:
+        if self._ledger is not None:
+            self._ledger.append_many("requests", rows)
+        elif self._path is not None:
+            with self._path.open("a", encoding="utf-8") as fh:
+                for row in rows:
+                    fh.write(json.dumps(row, separators=(",", ":"), default=str) + "\n")
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            await self._flusher
