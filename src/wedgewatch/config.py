@@ -61,6 +61,10 @@ class ServerConfig(_Section):
 
     profile: str = "sim"
     """Profile name from the registry: sim, vllm, sglang, llamacpp, command, external."""
+    launcher: str | None = None
+    """Program that starts the server in place of the profile's default (vllm: `vllm`, sglang:
+    `python3`, llamacpp: `llama-server`, sim: this Python). For llamacpp, `xllamacpp` runs the
+    bundled Python launcher (`python -m wedgewatch.launchers.llamacpp`)."""
     model: str = "sim-model"
     """Model to serve (a path or hub name for real servers; the served name for the simulator)."""
     served_model_name: str | None = None
@@ -81,6 +85,9 @@ class ServerConfig(_Section):
     """Metric names of the token counters (overrides the profile's; needed for `command`)."""
     running_gauge: str | None = None
     """Metric name of the running-requests gauge (overrides the profile's)."""
+    waiting_gauge: str | None = None
+    """Metric name of the waiting-requests gauge (overrides the profile's); > 0 means the server
+    is full, so a canary would only queue."""
     scenario: str = "healthy"
     """Simulator scenario, a bundled name or a file (`sim` profile only)."""
     host: str = "127.0.0.1"
@@ -99,8 +106,10 @@ class ServerConfig(_Section):
     """Warm-up requests after each start."""
     scrape_interval: float = Field(1.0, gt=0)
     """Seconds between /metrics scrapes."""
-    wedge_window: float = Field(15.0, gt=0)
-    """Seconds of flat token counters while requests are running that make a wedge."""
+    wedge_window: float = Field(60.0, gt=0)
+    """Seconds of flat token counters while requests are running that make a wedge. As long as
+    the proxy's ttft_timeout: vLLM counts prompt tokens only when a prefill ends, so a long
+    prefill looks flat; the proxy's stall events plus a canary catch most wedges sooner."""
     canary_timeout: float = Field(10.0, gt=0)
     """Deadline for the 1-token canary request."""
     restart_on_wedge: bool = True

@@ -1,0 +1,91 @@
+"""``wedgewatch serve CONFIG.toml``: a supervised server with the watchdog proxy in front.
+
+Runs until Ctrl-C or SIGTERM. The first stdout line is ``listening on URL`` (the proxy's);
+every server life, wedge, restart and request goes to the ledger (``[run] ledger``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from wedgewatch.cli._app import app
+from wedgewatch.config import Config, load_config
+
+log = logging.getLogger(__name__)
+
+
+@app.command("serve")
+def serve(
+    config: Annotated[
+        Path, typer.Argument(help="Config TOML; its [server] and [watchdog] sections are used.")
+    ],
+    port: Annotated[int, typer.Option(help="The proxy's port; 0 picks a free one.", min=0, max=65535)] = 8100,
+    host: Annotated[str, typer.Option(help="The proxy's address.")] = "127.0.0.1",
+    ledger: Annotated[
+        Path | None, typer.Option(help="Ledger file (default: the config's [run] ledger).")
+    ] = None,
+) -> None:
+    """Start the configured server (fresh, ready, warmed up), watch it for wedges and crashes,
+    restart it when needed, and serve it through the watchdog proxy until interrupted."""
+    from wedgewatch.supervisor import profiles
+
+    cfg = load_config(config)
+    profiles.check(cfg.server, str(config))
+    code = asyncio.run(_serve(cfg, host, port, ledger or Path(cfg.run.ledger)))
+    if code:
+        raise typer.Exit(code)
+
+
+async def _serve(cfg: Config, host: str, port: int, ledger_path: Path) -> int:
+    from wedgewatch.events import EventBus
+    from wedgewatch.ledger import Ledger
+    from wedgewatch.proxy import Proxy
+    from wedgewatch.supervisor import Supervisor
+
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupted.set)
+    ledger = Ledger(ledger_path)
+    bus = EventBus()
+    sup = Supervisor(cfg.server, ledger=ledger, bus=bus)
+    proxy: Proxy | None = None
+    code = 0
+    stop_wait = asyncio.ensure_future(interrupted.wait())
+    try:
+        started = asyncio.ensure_future(sup.start())
+        await asyncio.wait({started, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():
+            started.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await started
+            return 130
+        started.result()  # a start that failed raises its ServerError here
+        proxy = Proxy(sup, cfg.watchdog, ledger=ledger, bus=bus)
+        sup.attach(bus)
+        url = await proxy.start(host, port)
+        typer.echo(f"listening on {url}")
+        sys.stdout.flush()
+        failed = asyncio.ensure_future(sup.wait_failed())
+        await asyncio.wait({failed, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        if failed.done() and not interrupted.is_set():
+            typer.echo(f"wedgewatch: error: {failed.result()}".replace("\n", " "), err=True)
+            code = 1
+        failed.cancel()
+    finally:
+        stop_wait.cancel()
+        if proxy is not None:
+            await proxy.stop()
+        await sup.stop()
+        ledger.close()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    return code

@@ -1,0 +1,199 @@
+"""One server life: its process, its age, its detector, and the ledger rows that record it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wedgewatch.ledger import Ledger
+from wedgewatch.protocols import LifeInfo, ServerProcess
+from wedgewatch.supervisor.watch import Reading, WedgeDetector
+
+log = logging.getLogger(__name__)
+
+_SECRET_FLAG = re.compile(r"(api[-_]?key|token|secret|password)", re.IGNORECASE)
+
+
+def redact(argv: list[str]) -> list[str]:
+    """argv as it may be recorded: the value of any key/token/secret flag replaced."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        if arg.startswith("-") and _SECRET_FLAG.search(arg) and "file" not in arg.lower():
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=***")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
+def api_key(argv: list[str]) -> str | None:
+    """The server's own ``--api-key`` (vLLM, llama-server), which our probes must present."""
+    for i, arg in enumerate(argv):
+        if arg == "--api-key" and i + 1 < len(argv):
+            return argv[i + 1].split(",")[0]
+        if arg.startswith("--api-key="):
+            return arg.split("=", 1)[1].split(",")[0]
+    return None
+
+
+def new_life_id() -> str:
+    return "life-" + uuid.uuid4().hex[:12]
+
+
+@dataclass(eq=False)
+class Life:
+    life_id: str
+    proc: ServerProcess
+    argv: list[str]
+    start_reason: str
+    started: float  # supervisor clock
+    detector: WedgeDetector
+    log_path: Path | None = None
+    owned: bool = True  # False: adopted or external, we did not start it
+    concurrency: int | None = None
+    ready: bool = False
+    ended: bool = False
+    wedged: bool = False
+    recycling: bool = False
+    generated: float | None = None  # the server's generated-tokens counter, last scrape
+    reading: Reading | None = None
+    last_scrape_ok: float = 0.0
+    own_requests: int = 0  # warm-ups and canaries
+    proxy_requests: int = 0
+    proxy_tokens: int = 0
+    watch_task: asyncio.Task[None] | None = None
+    probe_task: asyncio.Task[None] | None = None
+    warmup: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return self.proc.base_url
+
+    def age_tokens(self) -> int:
+        # The server's own counter when it has one: it sees every request, ours and others'.
+        if self.generated is not None:
+            return int(self.generated)
+        return self.proxy_tokens
+
+    def info(self, now: float) -> LifeInfo:
+        return LifeInfo(
+            self.life_id, now - self.started, self.own_requests + self.proxy_requests, self.age_tokens()
+        )
+
+    def load(self) -> dict[str, Any]:
+        """The last reading's load, for a canary's record."""
+        r = self.reading
+        return {
+            "limit": self.concurrency,
+            "running": r.running if r else None,
+            "waiting": r.waiting if r else None,
+        }
+
+    def at_limit(self) -> bool:
+        """Whether the server is full, so a canary would only wait in its queue."""
+        r = self.reading
+        if r is None:
+            return False
+        if r.waiting is not None and r.waiting > 0:
+            return True
+        return self.concurrency is not None and r.running is not None and r.running >= self.concurrency
+
+
+class Recorder:
+    """Writes a life's facts to the ledger (when there is one); never raises into the caller."""
+
+    def __init__(self, ledger: Ledger | None, run_id: str | None, clock: Callable[[], float]) -> None:
+        self.ledger = ledger
+        self.run_id = run_id
+        self.clock = clock
+
+    def _append(self, table: str, row: dict[str, Any]) -> None:
+        if self.ledger is None:
+            return
+        try:
+            self.ledger.append(table, row)
+        except Exception:
+            log.exception("could not record %s row", table)
+
+    def started(self, life: Life, profile: str, flags: dict[str, Any]) -> None:
+        self._append(
+            "server_lives",
+            {
+                "life_id": life.life_id,
+                "run_id": self.run_id,
+                "profile": profile,
+                "argv_json": redact(life.argv),
+                "flags_json": flags,
+                "base_url": life.base_url,
+                "pid": life.proc.pid,
+                "start_reason": life.start_reason,
+                "started_at": time.time(),
+                "log_path": str(life.log_path) if life.log_path else None,
+            },
+        )
+
+    def ready(self, life: Life) -> None:
+        self._append(
+            "server_life_ready",
+            {
+                "life_id": life.life_id,
+                "ready_at": time.time(),
+                "ready_seconds": round(self.clock() - life.started, 4),
+                "warmup_json": life.warmup,
+            },
+        )
+
+    def ended(self, life: Life, reason: str, exit_code: int | None) -> None:
+        info = life.info(self.clock())
+        self._append(
+            "server_life_ends",
+            {
+                "life_id": life.life_id,
+                "ended_at": time.time(),
+                "end_reason": reason,
+                "exit_code": exit_code,
+                "age_seconds": round(info.age_seconds, 4),
+                "age_requests": info.age_requests,
+                "age_tokens": info.age_tokens,
+            },
+        )
+
+    def event(self, kind: str, detail: dict[str, Any], life: Life | None) -> None:
+        self._append(
+            "events",
+            {
+                "ts": time.time(),
+                "kind": kind,
+                "run_id": self.run_id,
+                "life_id": life.life_id if life else None,
+                "detail_json": detail,
+            },
+        )
+
+    def samples(self, life: Life, r: Reading, names: dict[str, float | None]) -> None:
+        rows = [
+            {"ts": r.wall, "life_id": life.life_id, "name": n, "value": v}
+            for n, v in names.items()
+            if v is not None
+        ]
+        if self.ledger is None or not rows:
+            return
+        try:
+            self.ledger.append_many("metric_samples", rows)
+        except Exception:
+            log.exception("could not record metric samples")

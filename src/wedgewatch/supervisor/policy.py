@@ -1,0 +1,57 @@
+"""When to restart besides a wedge or a crash, and when to give up.
+
+Pure bookkeeping over counts (no I/O), so each rule is unit-tested on its own.
+"""
+
+from __future__ import annotations
+
+from wedgewatch.config import ServerConfig
+from wedgewatch.errors import ServerStartError, WarmupError
+
+BACKOFF_CAP = 60.0
+"""Longest wait between two failed starts: doubling past a minute only delays the clear error."""
+
+
+class RestartPolicy:
+    def __init__(self, cfg: ServerConfig) -> None:
+        self.cfg = cfg
+        self.restarts = 0  # unplanned restarts this run (planned recycling does not count)
+        self.api_errors = 0  # consecutive, on the current life
+        self.instances = 0
+
+    def life_ready(self) -> None:
+        """A new life starts with a clean slate of API errors."""
+        self.api_errors = 0
+
+    def attempt(self, api_error: bool) -> str | None:
+        """``api_errors`` once ``restart_after_api_errors`` attempts in a row failed on the API."""
+        self.api_errors = self.api_errors + 1 if api_error else 0
+        n = self.cfg.restart_after_api_errors
+        if n and self.api_errors >= n:
+            self.api_errors = 0
+            return "api_errors"
+        return None
+
+    def instance_done(self) -> str | None:
+        self.instances += 1
+        n = self.cfg.recycle_every_instances
+        return "recycle_instances" if n and self.instances % n == 0 else None
+
+    def tokens(self, generated: int) -> str | None:
+        n = self.cfg.recycle_every_tokens
+        return "recycle_tokens" if n and generated >= n else None
+
+    def count(self, why: BaseException, kind: str) -> None:
+        """Spend one restart of the budget; past ``max_restarts`` raise the clear error."""
+        self.restarts += 1
+        if self.restarts > self.cfg.max_restarts:
+            cls = WarmupError if isinstance(why, WarmupError) else ServerStartError
+            raise cls(
+                f"gave up after {self.restarts - 1} restarts (max_restarts); last {kind}: {why}"
+            ) from why
+
+    def backoff(self, failures: int) -> float:
+        """Seconds before start attempt ``failures + 1`` after ``failures`` failed ones in a row."""
+        if failures <= 0:
+            return 0.0
+        return float(min(BACKOFF_CAP, self.cfg.restart_backoff * 2 ** (failures - 1)))

@@ -1,0 +1,249 @@
+"""Server profiles: a string registry of how to launch, probe and watch each kind of server.
+
+A profile knows the launch argv, which metric series show token progress (the first counter is
+the generated-tokens counter, used for a life's age in tokens), which gauge shows running
+requests, its named argument sets, how LoRA adapters are passed, and which flag caps concurrency.
+Sources for every flag and metric name are in docs/supervisor.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wedgewatch.config import ServerConfig
+from wedgewatch.errors import ConfigError
+
+Argv = list[str]
+
+HYBRID_SAFE_VLLM = ("--no-enable-prefix-caching", "--enforce-eager")
+"""The story's flags: prefix caching off (the Mamba 'align' cache path), CUDA graphs off."""
+
+XLLAMACPP_MODULE = "wedgewatch.launchers.llamacpp"
+BUNDLED_MODEL = "gemma3-270m"
+"""The xllamacpp launcher serves its bundled Gemma 3 270M when no model file is named."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    build: Callable[[ServerConfig, str, int], Argv] | None
+    """Launch argv for (config, host, port) without arg sets, LoRA flags or extra args; None when
+    wedgewatch does not launch the server (external)."""
+    token_counters: tuple[str, ...] = ()
+    running_gauge: str | None = None
+    waiting_gauge: str | None = None
+    arg_sets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    lora: Callable[[Mapping[str, str]], Argv] | None = None
+    concurrency_flags: tuple[str, ...] = ()
+    """Flags whose value is the number of requests the server runs at once."""
+    health_path: str = "/health"
+    canary_path: str | None = None
+    """A GET endpoint that generates a token (SGLang's /health_generate); None: a 1-token chat."""
+    owned: bool = True
+    """False for a server wedgewatch does not start or stop (external)."""
+
+
+def served_name(cfg: ServerConfig) -> str:
+    """The name clients put in ``model``."""
+    return cfg.served_model_name or cfg.model
+
+
+def _vllm(cfg: ServerConfig, host: str, port: int) -> Argv:
+    argv = [cfg.launcher or "vllm", "serve", cfg.model, "--host", host, "--port", str(port)]
+    if cfg.served_model_name:
+        argv += ["--served-model-name", cfg.served_model_name]
+    return argv
+
+
+def _sim(cfg: ServerConfig, host: str, port: int) -> Argv:
+    return [
+        *([cfg.launcher] if cfg.launcher else [sys.executable, "-m", "wedgewatch"]),
+        "sim",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        served_name(cfg),
+        "--scenario",
+        cfg.scenario,
+        "--time-scale",
+        repr(cfg.time_scale),
+    ]
+
+
+def _sglang(cfg: ServerConfig, host: str, port: int) -> Argv:
+    argv = [cfg.launcher or "python3", "-m", "sglang.launch_server", "--model-path", cfg.model]
+    argv += ["--host", host, "--port", str(port), "--enable-metrics"]
+    if cfg.served_model_name:
+        argv += ["--served-model-name", cfg.served_model_name]
+    return argv
+
+
+def _llamacpp(cfg: ServerConfig, host: str, port: int) -> Argv:
+    if cfg.launcher == "xllamacpp":
+        argv = [sys.executable, "-m", XLLAMACPP_MODULE]
+        if cfg.model != BUNDLED_MODEL:
+            argv += ["--model", cfg.model]
+    else:
+        argv = [cfg.launcher or "llama-server", "-m", cfg.model]
+    # An alias makes /v1/models list exactly the name readiness looks for.
+    return [*argv, "--host", host, "--port", str(port), "--metrics", "--alias", served_name(cfg)]
+
+
+def _command(cfg: ServerConfig, host: str, port: int) -> Argv:
+    values = {"host": host, "port": str(port), "model": cfg.model, "served_model_name": served_name(cfg)}
+    return [part.format(**values) for part in cfg.command]
+
+
+def _vllm_lora(mods: Mapping[str, str]) -> Argv:
+    # vLLM's --lora-modules takes every adapter after one flag (nargs='+').
+    return ["--enable-lora", "--lora-modules", *(f"{k}={v}" for k, v in mods.items())]
+
+
+def _sglang_lora(mods: Mapping[str, str]) -> Argv:
+    return ["--enable-lora", "--lora-paths", *(f"{k}={v}" for k, v in mods.items())]
+
+
+def _llamacpp_lora(mods: Mapping[str, str]) -> Argv:
+    # llama-server applies adapters to every request and does not name them in /v1/models.
+    return ["--lora", ",".join(mods.values())]
+
+
+_VLLM_SERIES = {
+    "token_counters": ("vllm:generation_tokens_total", "vllm:prompt_tokens_total"),
+    "running_gauge": "vllm:num_requests_running",
+    "waiting_gauge": "vllm:num_requests_waiting",
+}
+
+REGISTRY: dict[str, Profile] = {
+    "vllm": Profile(
+        "vllm",
+        _vllm,
+        arg_sets={"hybrid-safe": HYBRID_SAFE_VLLM},
+        lora=_vllm_lora,
+        concurrency_flags=("--max-num-seqs",),
+        **_VLLM_SERIES,  # type: ignore[arg-type]
+    ),
+    "sim": Profile(
+        "sim",
+        _sim,
+        arg_sets={"hybrid-safe": HYBRID_SAFE_VLLM},
+        lora=_vllm_lora,
+        concurrency_flags=("--max-num-seqs",),
+        **_VLLM_SERIES,  # type: ignore[arg-type]
+    ),
+    "sglang": Profile(
+        "sglang",
+        _sglang,
+        token_counters=("sglang:generation_tokens_total", "sglang:prompt_tokens_total"),
+        running_gauge="sglang:num_running_reqs",
+        waiting_gauge="sglang:num_queue_reqs",
+        arg_sets={"hybrid-safe": ("--disable-radix-cache", "--disable-cuda-graph")},
+        lora=_sglang_lora,
+        concurrency_flags=("--max-running-requests",),
+        canary_path="/health_generate",
+    ),
+    "llamacpp": Profile(
+        "llamacpp",
+        _llamacpp,
+        token_counters=("llamacpp:tokens_predicted_total", "llamacpp:prompt_tokens_total"),
+        running_gauge="llamacpp:requests_processing",
+        waiting_gauge="llamacpp:requests_deferred",
+        lora=_llamacpp_lora,
+        concurrency_flags=("-np", "--parallel"),
+    ),
+    "command": Profile("command", _command),
+    "external": Profile("external", None, owned=False, **_VLLM_SERIES),  # type: ignore[arg-type]
+}
+
+
+@dataclass(frozen=True)
+class Series:
+    """The metric series one server life is watched by."""
+
+    token_counters: tuple[str, ...]
+    running_gauge: str | None
+    waiting_gauge: str | None
+
+    def names(self) -> list[str]:
+        return [n for n in (*self.token_counters, self.running_gauge, self.waiting_gauge) if n]
+
+
+def get_profile(name: str, source: str = "config") -> Profile:
+    profile = REGISTRY.get(name)
+    if profile is None:
+        known = ", ".join(sorted(REGISTRY))
+        raise ConfigError(source, "server.profile", f"unknown profile {name!r} (known: {known})")
+    return profile
+
+
+def check(cfg: ServerConfig, source: str = "config") -> Profile:
+    """Everything about ``cfg`` that only the profile can judge; ConfigError names the field."""
+    profile = get_profile(cfg.profile, source)
+    for name in cfg.arg_sets:
+        if name not in profile.arg_sets:
+            known = ", ".join(sorted(profile.arg_sets)) or "none"
+            raise ConfigError(
+                source, "server.arg_sets", f"profile {profile.name} has no arg set {name!r} (known: {known})"
+            )
+    if cfg.lora_modules and profile.lora is None:
+        raise ConfigError(source, "server.lora_modules", f"profile {profile.name} takes no LoRA adapters")
+    if profile.name == "command" and not cfg.command:
+        raise ConfigError(source, "server.command", "the command profile needs a launch argv")
+    if profile.name == "command":
+        try:
+            _command(cfg, "127.0.0.1", 1)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(source, "server.command", f"bad placeholder {exc}") from None
+    if profile.name == "external" and not cfg.url:
+        raise ConfigError(source, "server.url", "the external profile needs the server's URL")
+    if cfg.launcher == "xllamacpp" and profile.name != "llamacpp":
+        raise ConfigError(source, "server.launcher", "xllamacpp is a launcher of the llamacpp profile")
+    return profile
+
+
+def launch_argv(cfg: ServerConfig, profile: Profile, host: str, port: int) -> Argv:
+    """The full argv of one server life."""
+    if profile.build is None:
+        return []
+    argv = profile.build(cfg, host, port)
+    for name in cfg.arg_sets:
+        argv += profile.arg_sets[name]
+    if cfg.lora_modules and profile.lora is not None:
+        argv += profile.lora(cfg.lora_modules)
+    return argv + list(cfg.args)
+
+
+def series(cfg: ServerConfig, profile: Profile) -> Series:
+    return Series(
+        tuple(cfg.token_counters) or profile.token_counters,
+        cfg.running_gauge or profile.running_gauge,
+        cfg.waiting_gauge or profile.waiting_gauge,
+    )
+
+
+def concurrency_limit(argv: list[str], profile: Profile) -> int | None:
+    """The server's concurrency limit if the argv sets it (``--flag N`` or ``--flag=N``)."""
+    found: int | None = None
+    for i, arg in enumerate(argv):
+        for flag in profile.concurrency_flags:
+            value: str | None = None
+            if arg == flag and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+            if value is not None and value.lstrip("-").isdigit() and int(value) > 0:
+                found = int(value)  # the last one wins, as in argparse
+    return found
+
+
+def model_names(cfg: ServerConfig) -> set[str]:
+    """Names under which /v1/models may list the served model."""
+    names = {served_name(cfg), cfg.model}
+    if "/" in cfg.model or cfg.model.endswith(".gguf"):
+        names.add(Path(cfg.model).name)
+    return names

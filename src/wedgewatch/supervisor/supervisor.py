@@ -1,0 +1,396 @@
+"""The supervisor: a fresh server life, really ready, warmed up, watched, restarted when it wedges.
+
+One asyncio object, in the same loop as the proxy. Bringing a life up and tearing one down are
+serialised by a lock; detection (scrapes, canaries, crash checks) runs in background tasks that
+only ever *ask* for a restart of the life they watched, so a stale alarm cannot kill its
+successor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from wedgewatch.config import ServerConfig
+from wedgewatch.errors import PortBusyError, ServerDown, ServerError, ServerStartError, WarmupError
+from wedgewatch.events import Event, EventBus
+from wedgewatch.ledger import Ledger
+from wedgewatch.protocols import LifeInfo
+from wedgewatch.supervisor import profiles
+from wedgewatch.supervisor.life import Life, Recorder, api_key
+from wedgewatch.supervisor.policy import RestartPolicy
+from wedgewatch.supervisor.process import UNKNOWN_EXIT, HookServer, log_tail
+from wedgewatch.supervisor.start import Starter
+from wedgewatch.supervisor.tasks import Background, call_in_loop
+from wedgewatch.supervisor.watch import scrape_into
+
+log = logging.getLogger(__name__)
+
+_AUTO_PORT_RETRIES = 3
+
+
+class Supervisor:
+    """Starts, watches and restarts one server; implements ``protocols.Upstream``."""
+
+    def __init__(
+        self,
+        cfg: ServerConfig,
+        *,
+        ledger: Ledger | None = None,
+        bus: EventBus | None = None,
+        run_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cfg = cfg
+        self.profile = profiles.check(cfg)
+        self.series = profiles.series(cfg, self.profile)
+        self.bus = bus or EventBus()
+        self.clock = clock
+        self.rec = Recorder(ledger, run_id, clock)
+        self._life: Life | None = None
+        self._last_url = cfg.url or f"http://{cfg.host}:{cfg.port}"
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Event()  # set whenever ready, failed or stopped
+        self._failure: BaseException | None = None
+        self._stopping = False
+        self.policy = RestartPolicy(cfg)
+        self._bg = Background()
+        self._endings: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        key = api_key(cfg.args)
+        self._headers = {"Authorization": f"Bearer {key}"} if key else None
+        self.starter = Starter(cfg, self.profile, self.rec, self.bus, clock, self._headers)
+
+    # --- the Upstream protocol and what the runner reads ------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return self._life.base_url if self._life else self._last_url
+
+    @property
+    def life_id(self) -> str | None:
+        return self._life.life_id if self._life else None
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    def life(self) -> LifeInfo | None:
+        return self._life.info(self.clock()) if self._life else None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """A ready, warmed life: fresh, or the running server adopted when ``fresh`` is off."""
+        self._loop = asyncio.get_running_loop()
+        if self.starter.session is None:
+            # force_close: a restarted server leaves no stale keep-alive connection behind.
+            connector = aiohttp.TCPConnector(force_close=True)
+            self.starter.session = aiohttp.ClientSession(connector=connector)
+        try:
+            async with self._lock:
+                await self._first_life()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def wait_ready(self) -> None:
+        """Return when a ready life exists; raise the supervisor's failure if it gave up."""
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            if self._stopping:
+                raise ServerDown("the supervisor is stopped")
+            if self._life is not None and self._life.ready:
+                return
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def wait_failed(self) -> BaseException:
+        """Return the error once the supervisor gives up (or is stopped)."""
+        while self._failure is None and not self._stopping:
+            self._changed.clear()
+            await self._changed.wait()
+        return self._failure or ServerDown("the supervisor is stopped")
+
+    async def restart(self, reason: str) -> None:
+        """Restart the current life now (counts against ``max_restarts``)."""
+        life = self._life
+        if life is None:
+            await self.wait_ready()  # a restart is already under way
+            return
+        await self._restart(reason, life)
+
+    async def stop(self) -> None:
+        """End the current life (no process of its group left) and every background task."""
+        self._stopping = True
+        self._notify()
+        await self._bg.cancel_all()
+        async with self._lock:
+            life, self._life = self._life, None
+            if life is not None:
+                # A server we did not start is left running, as we found it.
+                await self._end(life, "stop" if life.owned else "detached", kill=life.owned)
+        await asyncio.gather(*list(self._endings), return_exceptions=True)
+        if self.starter.session is not None:
+            await self.starter.session.close()
+            self.starter.session = None
+
+    def note_attempt(self, api_error: bool, life_id: str | None = None) -> None:
+        """The runner reports each attempt's end. ``restart_after_api_errors`` consecutive API
+        errors restart the server; errors from an already replaced life do not count."""
+        call_in_loop(self._loop, self._note_attempt, api_error, life_id)
+
+    def note_instance_done(self) -> None:
+        call_in_loop(self._loop, self._note_instance)
+
+    def attach(self, bus: EventBus) -> Callable[[], None]:
+        """Listen to the proxy: stalls and upstream errors trigger a canary; finished requests
+        count toward the life's age."""
+        return bus.subscribe(lambda ev: call_in_loop(self._loop, self._on_proxy_event, ev))
+
+    # --- bringing a life up ------------------------------------------------------------------
+
+    async def _first_life(self) -> None:
+        cfg = self.cfg
+        if not self.profile.owned:
+            run_hook = cfg.fresh and bool(cfg.restart_hook)
+            await self._bring_up("run_start" if run_hook else "adopted", run_hook=run_hook)
+            return
+        if not cfg.fresh and (cfg.url or cfg.port):
+            url = (cfg.url or f"http://{cfg.host}:{cfg.port}").rstrip("/")
+            if await self.starter.answers(url):
+                await self._make_ready(self.starter.adopt(url))
+                return
+            log.warning("fresh = false but nothing answers at %s: starting a server", url)
+        await self._bring_up("run_start")
+
+    async def _bring_up(self, reason: str, run_hook: bool = True) -> None:
+        """Start lives until one is ready and warmed, within the restart budget."""
+        failures = 0
+        port_retries = 0
+        while True:
+            if self.profile.owned:
+                life = self.starter.launch(reason)
+            else:
+                life = self.starter.external(reason, run_hook)
+            try:
+                if isinstance(life.proc, HookServer):
+                    await asyncio.to_thread(life.proc.start)
+                await self._make_ready(life)
+                return
+            except PortBusyError:
+                await self._end(life, "port_busy")
+                if self.cfg.port or port_retries >= _AUTO_PORT_RETRIES:
+                    raise
+                port_retries += 1  # someone took our auto-picked port between check and bind
+            except (ServerStartError, WarmupError) as exc:
+                kind = "warmup_failed" if isinstance(exc, WarmupError) else "start_failed"
+                self.rec.event(kind, {"error": str(exc)[-2000:], "warmup": life.warmup}, life)
+                await self._end(life, kind)
+                failures += 1
+                self.policy.count(exc, kind)
+                delay = self.policy.backoff(failures)
+                log.warning("%s (%s); retrying in %.1fs", kind, str(exc).splitlines()[0], delay)
+                await asyncio.sleep(delay)
+                reason, run_hook = kind, True
+            except BaseException:
+                await asyncio.shield(self._end(life, "stop"))
+                raise
+
+    async def _make_ready(self, life: Life) -> None:
+        await self.starter.await_ready(life)
+        await self.starter.warm_up(life)
+        life.ready = True
+        self._life = life
+        self._last_url = life.base_url
+        self.policy.life_ready()
+        self.rec.ready(life)
+        self.bus.publish(Event("server_ready", {"life_id": life.life_id, "base_url": life.base_url}))
+        life.watch_task = self._bg.spawn(self._watch(life))
+        self._notify()
+
+    # --- ending a life and restarting ---------------------------------------------------------
+
+    async def _end(self, life: Life, reason: str, kill: bool = True) -> None:
+        """Stop the life's process group (unless ``kill`` is off) and record its end. The work
+        is shielded: a cancelled caller cannot leave a group running or a life without its end."""
+        if life.ended:
+            return
+        life.ended = True
+        current = asyncio.current_task()
+        for t in (life.watch_task, life.probe_task):
+            if t is not None and t is not current:
+                t.cancel()
+        task = asyncio.get_running_loop().create_task(self._finish(life, reason, kill))
+        self._endings.add(task)
+        task.add_done_callback(self._endings.discard)
+        await asyncio.shield(task)
+
+    async def _finish(self, life: Life, reason: str, kill: bool) -> None:
+        code = await asyncio.to_thread(life.proc.stop, self.cfg.stop_grace) if kill else life.proc.poll()
+        if not life.owned and code == UNKNOWN_EXIT:
+            code = None
+        self.rec.ended(life, reason, code)
+
+    async def _restart(self, reason: str, life: Life, counted: bool = True) -> None:
+        async with self._lock:
+            if self._stopping or life is not self._life:
+                return  # a stale alarm: that life is already gone
+            if isinstance(life.proc, HookServer) and not self.cfg.restart_hook:
+                self.rec.event(
+                    "restart_skipped", {"reason": reason, "why": "external server, no restart_hook"}, life
+                )
+                return
+            detail = {"reason": reason, "life_id": life.life_id}
+            self.rec.event("restart", detail, life)
+            self.bus.publish(Event("restart", detail))  # before the group dies: the runner marks attempts
+            self._life = None
+            await self._end(life, reason)
+            try:
+                if counted:
+                    self.policy.count(ServerError(reason), reason)
+                await self.starter.wait_port_free()
+                await self._bring_up(reason)
+            except ServerError as exc:
+                self._failure = exc
+                self.rec.event("gave_up", {"reason": reason, "error": str(exc)[-2000:]}, None)
+                log.error("supervisor gave up: %s", exc)
+            finally:
+                self._notify()
+
+    # --- watching ------------------------------------------------------------------------------
+
+    async def _watch(self, life: Life) -> None:
+        """Scrape every ``scrape_interval``; a crash, a wedge or a recycle asks for a restart."""
+        session = self.starter.session
+        assert session is not None
+        interval = self.cfg.scrape_interval
+        life.last_scrape_ok = self.clock()
+        nxt = self.clock()
+        while not life.ended:
+            code = life.proc.poll()
+            if code is not None:
+                self._bg.spawn(self._on_crash(life, code))
+                return
+            ok, evidence, err = await scrape_into(
+                life, session, self.series, self.rec, self.clock, self._headers
+            )
+            now = self.clock()
+            if ok:
+                if evidence is not None:
+                    self._bg.spawn(self._on_wedge(life, evidence))
+                    return
+                recycle = self.policy.tokens(life.age_tokens())
+                if recycle and not life.recycling:
+                    life.recycling = True
+                    self._bg.spawn(self._restart(recycle, life, counted=False))
+            elif now - life.last_scrape_ok >= self.cfg.wedge_window and life.probe_task is None:
+                # /metrics itself has not answered for a whole window: let a canary decide.
+                life.last_scrape_ok = now
+                life.probe_task = self._bg.spawn(
+                    self._probe(life, {"kind": "metrics_unreachable", "error": err})
+                )
+            nxt += interval
+            await asyncio.sleep(max(0.0, nxt - self.clock()))
+            if self.clock() - nxt > interval:
+                nxt = self.clock()  # we fell behind (a slow scrape): do not burst to catch up
+
+    async def _on_wedge(self, life: Life, evidence: dict[str, Any]) -> None:
+        if life.wedged or life.ended:
+            return
+        life.wedged = True
+        age = life.info(self.clock())
+        detail = {
+            **evidence,
+            "life_id": life.life_id,
+            "age_seconds": round(age.age_seconds, 3),
+            "age_requests": age.age_requests,
+            "age_tokens": age.age_tokens,
+        }
+        self.rec.event("wedge", detail, life)
+        self.bus.publish(Event("wedge", detail))
+        log.warning("wedge on %s: %s", life.life_id, {k: v for k, v in evidence.items() if k != "samples"})
+        if self.cfg.restart_on_wedge:
+            await self._restart("wedge", life)
+
+    async def _on_crash(self, life: Life, code: int) -> None:
+        if life.ended:
+            return
+        tail = log_tail(life.log_path) if life.log_path else ""
+        detail = {"life_id": life.life_id, "exit_code": code, "log_tail": tail}
+        self.rec.event("crash", detail, life)
+        self.bus.publish(Event("crash", detail))
+        log.warning("server %s exited with code %s", life.life_id, code)
+        if self.cfg.restart_on_crash:
+            await self._restart("crash", life)
+            return
+        async with self._lock:
+            if life is self._life:
+                self._life = None
+                await self._end(life, "crash")
+                self._failure = ServerDown(f"the server exited with code {code} and restart_on_crash is off")
+                self._notify()
+
+    async def _probe(self, life: Life, trigger: dict[str, Any]) -> None:
+        """A 1-token canary after a proxy stall; a failed one is a wedge."""
+        try:
+            if life.at_limit():
+                self.rec.event(
+                    "canary", {"skipped": "at concurrency limit", "trigger": trigger, **life.load()}, life
+                )
+                return
+            res = await self.starter.canary(life)
+            self.rec.event("canary", {**res.as_dict(), "trigger": trigger}, life)
+            if res.ok or life.ended or life.proc.poll() is not None:
+                return  # a dead process is the crash path's business
+            evidence = {
+                "source": "canary",
+                "canary": res.as_dict(),
+                "trigger": trigger,
+                "samples": life.detector.evidence(),
+            }
+            await self._on_wedge(life, evidence)
+        finally:
+            life.probe_task = None
+
+    # --- what others tell us ------------------------------------------------------------------
+
+    def _on_proxy_event(self, ev: Event) -> None:
+        life = self._life
+        if life is None or not life.ready or ev.kind not in ("request_ok", "stall", "upstream_error"):
+            return
+        if ev.detail.get("life_id") not in (None, life.life_id):
+            return  # a request an earlier life served
+        life.proxy_requests += 1
+        tokens = ev.detail.get("tokens_out", ev.detail.get("tokens", 0))
+        if isinstance(tokens, int | float):
+            life.proxy_tokens += int(tokens)
+        if ev.kind != "request_ok" and not life.wedged and life.probe_task is None and not self._stopping:
+            trigger = {
+                "kind": ev.kind,
+                **{k: v for k, v in ev.detail.items() if isinstance(v, str | int | float)},
+            }
+            life.probe_task = self._bg.spawn(self._probe(life, trigger))
+
+    def _note_attempt(self, api_error: bool, life_id: str | None) -> None:
+        life = self._life
+        if life is None or (life_id is not None and life_id != life.life_id):
+            return
+        reason = self.policy.attempt(api_error)
+        if reason:
+            self.rec.event(reason, {"consecutive": self.cfg.restart_after_api_errors}, life)
+            self._bg.spawn(self._restart(reason, life))
+
+    def _note_instance(self) -> None:
+        reason = self.policy.instance_done()
+        if reason and self._life is not None:
+            self._bg.spawn(self._restart(reason, self._life, counted=False))
+
+    def _notify(self) -> None:
+        self._changed.set()
