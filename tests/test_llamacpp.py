@@ -1,0 +1,275 @@
+"""The xllamacpp launcher against the real llama.cpp server and the real bundled Gemma 3 270M.
+
+One server is shared by the module (loading takes about 1.5 s, but CPU is scarce); tests that
+must watch a start or a stop run their own. Everything is a real subprocess on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+
+from conftest import RunningServer, launch
+from wedgewatch import promtext
+from wedgewatch.launchers.llamacpp import launch_argv
+from wedgewatch.sse import SSEParser
+
+pytestmark = pytest.mark.xdist_group("llamacpp")
+
+ALIAS = "gemma-test"
+HELLO = [{"role": "user", "content": "Write hello world."}]
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    argv = launch_argv(ctx_size=4096, parallel=2, threads=1, alias=ALIAS, sse_ping_interval=1)
+    server = launch(argv, tmp_path_factory.mktemp("llama") / "llama.log", timeout=60)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(llama: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=llama.v1, api_key="unused", max_retries=0, timeout=60)
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> promtext.Samples:
+    async with session.get(url + "/metrics") as resp:
+        assert resp.status == 200
+        return promtext.parse(await resp.text())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_models_and_metrics_are_llama_cpps(llama: RunningServer, client: openai.OpenAI) -> None:
+    assert [m.id for m in client.models.list().data] == [ALIAS]
+
+    async def names() -> set[str]:
+        async with aiohttp.ClientSession() as s:
+            return (await scrape(s, llama.url)).names()
+
+    found = asyncio.run(names())
+    for series in ("requests_processing", "requests_deferred", "tokens_predicted_total", "n_decode_total"):
+        assert f"llamacpp:{series}" in found
+
+
+def test_temperature_zero_is_deterministic(client: openai.OpenAI) -> None:
+    answers = [
+        client.chat.completions.create(model=ALIAS, messages=HELLO, max_tokens=24, temperature=0)
+        for _ in range(2)
+    ]
+    assert answers[0].choices[0].message.content == answers[1].choices[0].message.content
+    assert answers[0].choices[0].message.content
+    assert answers[0].usage is not None and answers[0].usage.completion_tokens == 24
+
+
+def test_streaming_equals_non_streaming(client: openai.OpenAI) -> None:
+    whole = client.chat.completions.create(model=ALIAS, messages=HELLO, max_tokens=24, temperature=0)
+    stream = client.chat.completions.create(
+        model=ALIAS,
+        messages=HELLO,
+        max_tokens=24,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    parts: list[str] = []
+    finish: list[str] = []
+    usage = None
+    for chunk in stream:
+        for choice in chunk.choices:
+            parts.append(choice.delta.content or "")
+            if choice.finish_reason:
+                finish.append(choice.finish_reason)
+        usage = chunk.usage or usage
+    assert "".join(parts) == whole.choices[0].message.content
+    assert finish == [whole.choices[0].finish_reason] == ["length"]
+    assert usage is not None and whole.usage is not None
+    assert usage.completion_tokens == whole.usage.completion_tokens == 24
+    assert usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+async def test_decode_counter_is_live_and_predicted_counter_lands_at_the_end(llama: RunningServer) -> None:
+    """`n_decode_total` rises while a request runs; `tokens_predicted_total` only when it ends.
+    Liveness checks must watch the first."""
+    body = {"model": ALIAS, "messages": HELLO, "max_tokens": 120, "temperature": 0}
+    decode, predicted = "llamacpp:n_decode_total", "llamacpp:tokens_predicted_total"
+    async with aiohttp.ClientSession() as s:
+        before = await scrape(s, llama.url)
+        task = asyncio.create_task(s.post(llama.v1 + "/chat/completions", json=body))
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "no decode progress within 30 s"
+            await asyncio.sleep(0.05)
+            during = await scrape(s, llama.url)
+            if (during.total(decode) or 0) >= (before.total(decode) or 0) + 20:
+                break
+        resp = await task
+        usage = (await resp.json())["usage"]
+        after = await scrape(s, llama.url)
+    assert during.total("llamacpp:requests_processing") == 1, "the request ended before 20 decodes"
+    assert during.total(predicted) == before.total(predicted)
+    assert after.total(predicted) == (before.total(predicted) or 0) + usage["completion_tokens"]
+
+
+async def test_pings_are_comments_sent_during_a_long_prefill(llama: RunningServer) -> None:
+    # About 1,800 prompt tokens: several seconds of prefill at two threads, with pings every ~2 s.
+    prompt = " ".join(f"item{i}" for i in range(450))
+    body = {
+        "model": ALIAS,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 4,
+        "temperature": 0,
+        "stream": True,
+    }
+    parser = SSEParser()
+    pings_before_data = 0
+    saw_data = False
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(llama.v1 + "/chat/completions", json=body, timeout=aiohttp.ClientTimeout(total=60)) as resp,
+    ):
+        assert resp.status == 200
+        async for chunk in resp.content.iter_any():
+            for event in parser.feed(chunk):
+                if event.data is None and event.comments and not saw_data:
+                    pings_before_data += 1
+                saw_data = saw_data or event.data is not None
+    assert saw_data
+    assert pings_before_data >= 1
+
+
+async def test_client_disconnect_stops_generation(llama: RunningServer) -> None:
+    body = {"model": ALIAS, "messages": HELLO, "max_tokens": 1500, "temperature": 0, "stream": True}
+    async with aiohttp.ClientSession() as s:
+        resp = await s.post(llama.v1 + "/chat/completions", json=body)
+        parser, events = SSEParser(), 0
+        async for chunk in resp.content.iter_any():
+            events += sum(e.data is not None for e in parser.feed(chunk))
+            if events >= 10:
+                break
+        resp.close()
+        deadline = time.monotonic() + 5
+        while (await scrape(s, llama.url)).total("llamacpp:requests_processing"):
+            assert time.monotonic() < deadline, "generation still running 5 s after the disconnect"
+            await asyncio.sleep(0.05)
+        first = (await scrape(s, llama.url)).total("llamacpp:n_decode_total")
+        await asyncio.sleep(1.0)
+        second = await scrape(s, llama.url)
+    assert second.total("llamacpp:n_decode_total") == first
+    assert second.total("llamacpp:tokens_predicted_total") is not None
+    assert (second.total("llamacpp:tokens_predicted_total") or 0) < 1500
+
+
+def test_start_health_503_then_200_default_alias_and_sigterm_mid_stream(tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "life.log"
+    proc = subprocess.Popen(
+        launch_argv(port=port, ctx_size=1024, parallel=1, threads=1),
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        statuses = asyncio.run(_poll_health(f"http://127.0.0.1:{port}", until=200, within=60))
+        assert 503 in statuses, statuses
+        assert statuses.index(503) < statuses.index(200)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == f"listening on http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
+        assert [m.id for m in openai.OpenAI(base_url=url + "/v1", api_key="x").models.list().data] == [
+            "gemma3-270m"
+        ]
+        ended, waited = asyncio.run(_sigterm_mid_stream(url, proc))
+        assert ended
+        assert proc.returncode == 0, log.read_text()[-2000:]
+        assert waited < 5
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+async def _poll_health(url: str, until: int, within: float) -> list[int]:
+    statuses: list[int] = []
+    deadline = time.monotonic() + within
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as s:
+        while not statuses or statuses[-1] != until:
+            assert time.monotonic() < deadline, f"no {until} from /health in {within}s: {statuses}"
+            try:
+                async with s.get(url + "/health") as resp:
+                    statuses.append(resp.status)
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.02)
+    return statuses
+
+
+async def _sigterm_mid_stream(url: str, proc: subprocess.Popen[str]) -> tuple[bool, float]:
+    body = {"messages": HELLO, "max_tokens": 1000, "temperature": 0, "stream": True}
+    async with aiohttp.ClientSession() as s:
+        resp = await s.post(url + "/v1/chat/completions", json=body)
+        async for _ in resp.content.iter_any():
+            break
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        ended = False
+        try:
+            async with asyncio.timeout(15):
+                async for _ in resp.content.iter_any():
+                    pass
+            ended = True
+        except aiohttp.ClientPayloadError:
+            ended = True  # cut off mid-chunk: the client is told, it does not hang
+        await asyncio.to_thread(proc.wait, 15)
+        return ended, time.monotonic() - started
+
+
+def _run_launcher(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "wedgewatch.launchers.llamacpp", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_bad_model_path_is_one_clear_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.gguf"
+    done = _run_launcher("--model", str(missing))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--model" in lines[0] and str(missing) in lines[0]
+    assert done.stdout == ""
+
+    not_gguf = tmp_path / "notes.gguf"
+    not_gguf.write_text("hello")
+    done = _run_launcher("--model", str(not_gguf))
+    assert done.returncode == 2
+    assert "--model: not a GGUF file" in done.stderr.strip().splitlines()[-1]
+
+
+def test_busy_port_is_one_clear_line() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = _run_launcher("--port", str(port))
+    assert done.returncode == 2
+    assert f"--port: 127.0.0.1:{port} is already in use" in done.stderr.strip().splitlines()[-1]
