@@ -1,0 +1,201 @@
+"""LocalSandbox with real processes and real git: fresh directories, timeouts that kill the whole
+process group, a scrubbed environment, SWE-bench-style diffs, mirrors, and cleanup."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from wedgewatch.errors import BadInput, SandboxError
+from wedgewatch.protocols import Sandbox
+from wedgewatch.sandbox import LocalSandbox, get_sandbox
+from wedgewatch.suites import load_bundled
+from wedgewatch.suites.git import run_git
+from wedgewatch.suites.materialise import commit_env
+
+
+@pytest.fixture
+def instance() -> dict[str, str]:
+    return load_bundled()[0]
+
+
+def _gone(pid: int, within: float = 5.0) -> bool:
+    """True once ``pid`` no longer runs (absent, or a zombie waiting for its reaper)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_each_create_is_a_new_directory_at_base(tmp_path: Path, instance: dict[str, str]) -> None:
+    a = LocalSandbox.create(instance, tmp_path)
+    b = LocalSandbox.create(instance, tmp_path)
+    try:
+        assert isinstance(a, Sandbox)
+        assert a.path != b.path and a.path.is_dir() and b.path.is_dir()
+        assert run_git(a.path, "rev-parse", "HEAD").strip() == instance["base_commit"]
+        (a.path / "scratch.txt").write_text("a")
+        assert not (b.path / "scratch.txt").exists()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_timeout_kills_the_command_and_its_children(tmp_path: Path, instance: dict[str, str]) -> None:
+    box = LocalSandbox.create(instance, tmp_path)
+    try:
+        t0 = time.monotonic()
+        res = box.run("sleep 100 & echo $! > child.pid; echo started; sleep 100", timeout=1.0)
+        took = time.monotonic() - t0
+        assert res.timed_out and res.exit_code is None
+        assert "started" in res.output
+        assert 0.9 <= took < 10
+        child = int((box.path / "child.pid").read_text())
+        assert _gone(child), f"child {child} survived the timeout"
+    finally:
+        box.close()
+
+
+def test_background_processes_do_not_outlive_their_command(tmp_path: Path, instance: dict[str, str]) -> None:
+    box = LocalSandbox.create(instance, tmp_path)
+    try:
+        res = box.run("sleep 100 >/dev/null 2>&1 & echo $!", timeout=10)
+        assert res.exit_code == 0 and not res.timed_out
+        assert _gone(int(res.output.strip()))
+    finally:
+        box.close()
+
+
+def test_environment_is_scrubbed(
+    tmp_path: Path, instance: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-do-not-leak")
+    monkeypatch.setenv("WEDGEWATCH_PARENT_ONLY", "1")
+    box = LocalSandbox.create(instance, tmp_path)
+    try:
+        res = box.run("env; echo to-stderr >&2; git config user.name", timeout=10, env={"EXTRA": "given"})
+        env = dict(line.split("=", 1) for line in res.output.splitlines() if "=" in line)
+        assert "OPENAI_API_KEY" not in env and "sk-secret" not in res.output
+        assert "WEDGEWATCH_PARENT_ONLY" not in env
+        assert env["HOME"] == str(box.home) and env["EXTRA"] == "given" and env["PATH"]
+        assert env["PWD"] == str(box.path)
+        assert "to-stderr" in res.output  # stderr is merged into the output
+        assert "wedgewatch agent" in res.output  # the sandbox's own git identity
+        assert box.run("exit 3", timeout=10).exit_code == 3
+    finally:
+        box.close()
+
+
+def test_diff_has_edits_and_new_files_but_not_ignored_ones(tmp_path: Path, instance: dict[str, str]) -> None:
+    box = LocalSandbox.create(instance, tmp_path)
+    try:
+        assert box.diff() == ""
+        box.run(
+            "sed -i 's/year % 4 == 0/year % 4 == 0  # edited/' datekit/cal.py && mkdir -p notes && echo hi > notes/new.txt",
+            10,
+        )
+        box.run("python -c 'import datekit.cal' && mkdir -p __pycache__ && echo x > __pycache__/junk.pyc", 30)
+        patch = box.diff()
+        assert "diff --git a/datekit/cal.py b/datekit/cal.py" in patch and "# edited" in patch
+        assert "diff --git a/notes/new.txt b/notes/new.txt" in patch and "new file mode" in patch
+        assert "pycache" not in patch
+        # The real index is untouched: the new file is still untracked.
+        assert "?? notes/" in run_git(box.path, "status", "--porcelain")
+        # The patch applies to a fresh copy at base (what evaluation does).
+        other = LocalSandbox.create(instance, tmp_path)
+        try:
+            (other.root / "tmp" / "p.diff").write_text(patch)
+            assert other.run("git apply ../tmp/p.diff && cat notes/new.txt", 10).output.strip() == "hi"
+        finally:
+            other.close()
+    finally:
+        box.close()
+
+
+def test_diff_includes_committed_changes(tmp_path: Path, instance: dict[str, str]) -> None:
+    box = LocalSandbox.create(instance, tmp_path)
+    try:
+        box.run("echo more >> README.md && git commit -qam 'agent commit'", 10)
+        assert "+more" in box.diff()
+    finally:
+        box.close()
+
+
+def test_close_removes_unless_kept(tmp_path: Path, instance: dict[str, str]) -> None:
+    box = LocalSandbox.create(instance, tmp_path)
+    root = box.root
+    box.close()
+    assert not root.exists()
+    with pytest.raises(SandboxError):
+        box.run("true", 5)
+    kept = LocalSandbox.create(instance, tmp_path, keep=True)
+    kept.close()
+    assert kept.path.is_dir()
+
+
+def test_clone_from_a_local_mirror_hides_later_history(tmp_path: Path) -> None:
+    mirror = tmp_path / "repos" / "acme__widget"
+    mirror.mkdir(parents=True)
+    env = commit_env("2024-01-01T00:00:00Z")
+    run_git(mirror, "init", "-q", "-b", "main", env=env)
+    (mirror / "w.py").write_text("VALUE = 1\n")
+    run_git(mirror, "add", "-A", env=env)
+    run_git(mirror, "commit", "-qm", "base", env=env)
+    base = run_git(mirror, "rev-parse", "HEAD", env=env).strip()
+    (mirror / "w.py").write_text("VALUE = 2  # the fix\n")
+    run_git(mirror, "commit", "-qam", "the fix", env=env)
+    run_git(mirror, "tag", "v1", env=env)
+    inst = {"instance_id": "acme__widget-7", "repo": "acme/widget", "base_commit": base}
+    box = LocalSandbox.create(inst, tmp_path / "boxes", repos_dir=tmp_path / "repos")
+    try:
+        assert (box.path / "w.py").read_text() == "VALUE = 1\n"
+        assert "the fix" not in box.run("git log --all --oneline", 10).output
+        box.run("echo 'VALUE = 3' > w.py", 10)
+        assert "+VALUE = 3" in box.diff()
+    finally:
+        box.close()
+
+
+def test_no_repository_is_a_sandbox_error(tmp_path: Path) -> None:
+    inst = {"instance_id": "acme__gone-1", "repo": "acme/gone", "base_commit": "a" * 40}
+    with pytest.raises(SandboxError, match="no repository"):
+        LocalSandbox.create(inst, tmp_path, repos_dir=tmp_path / "repos")
+    assert list(tmp_path.iterdir()) == []  # the half-made sandbox is removed
+
+
+def test_huge_output_is_bounded(tmp_path: Path, instance: dict[str, str]) -> None:
+    box = LocalSandbox.create(instance, tmp_path)
+    try:
+        res = box.run("yes | head -c 5000000", timeout=30)
+        assert res.exit_code == 0
+        assert "bytes of output dropped" in res.output
+        assert len(res.output) < 1_200_000
+    finally:
+        box.close()
+
+
+def test_registry() -> None:
+    assert get_sandbox("local") is LocalSandbox
+    with pytest.raises(BadInput, match="unknown backend"):
+        get_sandbox("docker-someday")
+
+
+def test_sandboxes_share_no_state_through_home(tmp_path: Path, instance: dict[str, str]) -> None:
+    a = LocalSandbox.create(instance, tmp_path)
+    b = LocalSandbox.create(instance, tmp_path)
+    try:
+        a.run("echo secret > ~/note", 5)
+        assert b.run("cat ~/note", 5).exit_code != 0
+        assert os.path.exists(a.home / "note")
+    finally:
+        a.close()
+        b.close()
