@@ -167,6 +167,14 @@ def check_options(opts: SimOptions) -> None:
 
 async def _serve(opts: SimOptions, scenario: Scenario, on_listening: Callable[[str], None]) -> int:
     engine = Engine(opts, scenario, get_policy(opts.policy))
+    loop = asyncio.get_running_loop()
+    # Signal handlers go in before the socket listens: a supervisor may signal right after the line.
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    if scenario.startup.ignore_sigterm:
+        loop.add_signal_handler(signal.SIGTERM, lambda: log.warning("sim: SIGTERM ignored (scenario)"))
+    else:
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
     runner = web.AppRunner(
         build_app(engine), handler_cancellation=True, access_log=None, shutdown_timeout=0.5
     )
@@ -176,7 +184,6 @@ async def _serve(opts: SimOptions, scenario: Scenario, on_listening: Callable[[s
     server = site._server
     assert isinstance(server, asyncio.base_events.Server)
     port = server.sockets[0].getsockname()[1]
-    loop = asyncio.get_running_loop()
     engine.ready_at = loop.time() + scenario.startup.unready_seconds / opts.time_scale
     host = "127.0.0.1" if opts.host in ("", "0.0.0.0") else opts.host
     on_listening(f"http://{host}:{port}")
@@ -188,12 +195,6 @@ async def _serve(opts: SimOptions, scenario: Scenario, on_listening: Callable[[s
         engine.max_num_seqs,
         opts.time_scale,
     )
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGINT, stop.set)
-    if scenario.startup.ignore_sigterm:
-        loop.add_signal_handler(signal.SIGTERM, lambda: log.warning("sim: SIGTERM ignored (scenario)"))
-    else:
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     log.warning("sim: shutting down")
     try:

@@ -66,3 +66,31 @@ class WedgeDice:
         if u < probability(self.w, s):
             return int(v * max(reply_tokens, 1))
         return None
+
+
+@dataclass(slots=True, frozen=True)
+class Workload:
+    """A steady workload, for stating a scenario's ground truth as a wedge probability."""
+
+    requests: int
+    concurrency: int = 1
+    preload_age: int = 0
+    warmup: int = 0  # warm-up requests sent one at a time first (not counted in ``requests``)
+    prefix_caching: bool = True
+    eager: bool = False
+    adapter: bool = False
+
+
+def wedge_probability(w: Wedge, load: Workload) -> float:
+    """Probability that the server wedges during ``load`` (warm-up included)."""
+    total, age = 0.0, load.preload_age
+    for _ in range(load.warmup):
+        total += hazard(w, ServerState(age, 1, load.prefix_caching, load.eager, None))
+        age += 1
+    for i in range(load.requests):
+        state = ServerState(
+            age, load.concurrency, load.prefix_caching, load.eager, i if load.adapter else None
+        )
+        total += hazard(w, state)
+        age += 1
+    return 1.0 - math.exp(-total)

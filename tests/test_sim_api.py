@@ -1,0 +1,262 @@
+"""The simulator's OpenAI surface, checked with the real OpenAI SDK as the client."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+
+from wedgewatch.promtext import parse as parse_metrics
+
+FAST = ("--time-scale", "50")
+
+
+def client(url: str, **kw: object) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0, timeout=10, **kw)  # type: ignore[arg-type]
+
+
+def metrics(url: str):  # type: ignore[no-untyped-def]
+    return parse_metrics(httpx.get(url + "/metrics", timeout=5).text)
+
+
+def stats(url: str) -> dict[str, object]:
+    out: dict[str, object] = httpx.get(url + "/sim/stats", timeout=5).json()
+    return out
+
+
+USER = [{"role": "user", "content": "Tell me about simulators."}]
+
+
+def test_chat_non_streaming_and_streaming(start_sim) -> None:  # type: ignore[no-untyped-def]
+    s = start_sim(*FAST)
+    c = client(s.url)
+    r = c.chat.completions.create(model="sim-model", messages=USER, max_tokens=12)  # type: ignore[arg-type]
+    assert r.object == "chat.completion"
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage is not None and r.usage.completion_tokens == 12
+    assert r.usage.prompt_tokens > 0 and r.usage.total_tokens == r.usage.prompt_tokens + 12
+    text = r.choices[0].message.content or ""
+    assert len(text) > 12
+
+    chunks = list(
+        c.chat.completions.create(
+            model="sim-model",
+            messages=USER,
+            max_completion_tokens=7,
+            stream=True,  # type: ignore[arg-type]
+            stream_options={"include_usage": True},
+        )
+    )
+    first, last = chunks[0], chunks[-1]
+    assert first.choices[0].delta.role == "assistant" and not first.choices[0].delta.content
+    assert last.choices == [] and last.usage is not None and last.usage.completion_tokens == 7
+    body = chunks[1:-1]
+    assert len(body) == 7 and all(ch.choices[0].delta.content for ch in body)
+    assert body[-1].choices[0].finish_reason == "length"
+    assert (
+        "".join(ch.choices[0].delta.content or "" for ch in body)
+        == text[: len("".join(ch.choices[0].delta.content or "" for ch in body))]
+    )
+
+    # no limit: the filler stops by itself, and without include_usage no usage chunk is sent
+    chunks = list(c.chat.completions.create(model="sim-model", messages=USER, stream=True))  # type: ignore[arg-type]
+    assert chunks[-1].choices[0].finish_reason == "stop" and chunks[-1].usage is None
+
+    st = stats(s.url)
+    assert st["received"] == 3 and st["completed"] == 3 and st["in_flight"] == 0
+    m = metrics(s.url)
+    assert m.total("vllm:generation_tokens_total", model_name="sim-model") == 12 + 7 + 64
+    assert m.total("vllm:request_success_total", finished_reason="length") == 2
+    assert m.total("vllm:request_success_total", finished_reason="stop") == 1
+    assert m.total("vllm:prompt_tokens_total") == 3 * r.usage.prompt_tokens
+
+
+def test_completions_and_stop_strings(start_sim) -> None:  # type: ignore[no-untyped-def]
+    s = start_sim(*FAST)
+    c = client(s.url)
+    r = c.completions.create(model="sim-model", prompt="Once upon a time", max_tokens=20)
+    assert r.choices[0].finish_reason == "length" and r.usage is not None and r.usage.completion_tokens == 20
+    full = r.choices[0].text
+    stop_word = full.split()[5]
+    r2 = c.completions.create(model="sim-model", prompt="Once upon a time", max_tokens=20, stop=[stop_word])
+    assert r2.choices[0].finish_reason == "stop"
+    assert r2.choices[0].text == full[: full.index(stop_word)]
+    pieces = list(
+        c.completions.create(model="sim-model", prompt="Once upon a time", max_tokens=20, stream=True)
+    )
+    assert "".join(p.choices[0].text for p in pieces) == full
+    assert pieces[-1].choices[0].finish_reason == "length"
+    # the chat endpoint honours stop too
+    chat = c.chat.completions.create(model="sim-model", messages=USER, max_tokens=20)  # type: ignore[arg-type]
+    word = (chat.choices[0].message.content or "").split()[3]
+    chat2 = c.chat.completions.create(model="sim-model", messages=USER, max_tokens=20, stop=word)  # type: ignore[arg-type]
+    assert chat2.choices[0].finish_reason == "stop" and word not in (chat2.choices[0].message.content or "")
+
+
+def test_errors_bad_body_unknown_model_context_limit(start_sim) -> None:  # type: ignore[no-untyped-def]
+    s = start_sim(*FAST, "--max-model-len", "100")
+    c = client(s.url)
+    with pytest.raises(openai.NotFoundError) as nf:
+        c.chat.completions.create(model="nope", messages=USER)  # type: ignore[arg-type]
+    assert "nope" in str(nf.value)
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model="sim-model", messages=[])
+    with pytest.raises(openai.BadRequestError) as ctx:
+        c.chat.completions.create(model="sim-model", messages=[{"role": "user", "content": "word " * 200}])
+    assert "maximum context length is 100 tokens" in str(ctx.value)
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model="sim-model", messages=USER, max_tokens=95)  # type: ignore[arg-type]
+    raw = httpx.post(s.v1 + "/chat/completions", content=b"{not json", timeout=5)
+    assert raw.status_code == 400
+    err = raw.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["code"] == 400
+    assert stats(s.url)["received"] == 0 and stats(s.url)["rejected"] == 5
+
+
+def test_models_version_health_and_lora(start_sim) -> None:  # type: ignore[no-untyped-def]
+    s = start_sim(
+        *FAST,
+        "--model",
+        "org/base-7b",
+        "--served-model-name",
+        "base",
+        "--enable-lora",
+        "--lora-modules",
+        "lora-a=/adapters/a",
+        "lora-b=/adapters/b",
+        "--gpu-memory-utilization",
+        "0.9",
+        "--trust-remote-code",  # vLLM flags we ignore
+    )
+    assert httpx.get(s.url + "/health", timeout=5).status_code == 200
+    assert "version" in httpx.get(s.url + "/version", timeout=5).json()
+    c = client(s.url)
+    listed = {m.id: m for m in c.models.list().data}
+    assert set(listed) == {"base", "lora-a", "lora-b"}
+    extra = listed["lora-a"].model_extra or {}
+    assert extra["parent"] == "base" and extra["root"] == "/adapters/a"
+    assert (listed["base"].model_extra or {})["root"] == "org/base-7b"
+    r = c.chat.completions.create(model="lora-b", messages=USER, max_tokens=3)  # type: ignore[arg-type]
+    assert r.model == "lora-b" and r.choices[0].finish_reason == "length"
+    with pytest.raises(openai.NotFoundError):
+        c.chat.completions.create(model="org/base-7b", messages=USER, max_tokens=3)  # type: ignore[arg-type]
+    assert metrics(s.url).total("vllm:generation_tokens_total", model_name="base") == 3
+
+
+def test_lora_needs_enable_lora(start_sim, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = subprocess.run(
+        [sys.executable, "-m", "wedgewatch", "sim", "--port", "0", "--lora-modules", "a=/x"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert p.returncode == 2 and "--enable-lora" in p.stderr
+
+
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather of a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+def test_tool_calls_streamed_and_whole(start_sim) -> None:  # type: ignore[no-untyped-def]
+    s = start_sim(*FAST)
+    c = client(s.url)
+    ask = [{"role": "user", "content": "Please call get_weather for Paris."}]
+    r = c.chat.completions.create(model="sim-model", messages=ask, tools=WEATHER)  # type: ignore[arg-type]
+    call = r.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {
+        "city": "filler",
+        "days": 1,
+    }  # type: ignore[union-attr]
+
+    pieces = list(c.chat.completions.create(model="sim-model", messages=ask, tools=WEATHER, stream=True))  # type: ignore[arg-type]
+    frags = [tc for p in pieces if p.choices for tc in (p.choices[0].delta.tool_calls or [])]
+    assert frags[0].id == call.id and frags[0].function and frags[0].function.name == "get_weather"  # type: ignore[union-attr]
+    assert len(frags) > 3 and all(f.index == 0 for f in frags)
+    args = "".join(f.function.arguments or "" for f in frags if f.function)
+    assert json.loads(args) == {"city": "filler", "days": 1}
+    assert pieces[-1].choices[0].finish_reason == "tool_calls"
+    # tools offered but not asked for: plain text
+    plain = c.chat.completions.create(model="sim-model", messages=USER, tools=WEATHER, max_tokens=5)  # type: ignore[arg-type]
+    assert not plain.choices[0].message.tool_calls and plain.choices[0].finish_reason == "length"
+
+
+def test_queue_and_time_scale(start_sim) -> None:  # type: ignore[no-untyped-def]
+    """--time-scale shortens timings; --max-num-seqs makes the rest wait (num_requests_waiting)."""
+    slow = start_sim("--time-scale", "2", "--max-num-seqs", "1")  # 100 tokens/s
+    fast = start_sim("--time-scale", "20")  # 1000 tokens/s
+    t0 = time.monotonic()
+    client(fast.url).chat.completions.create(model="sim-model", messages=USER, max_tokens=100)  # type: ignore[arg-type]
+    t_fast = time.monotonic() - t0
+
+    import threading
+
+    done: list[float] = []
+
+    def one() -> None:
+        client(slow.url).chat.completions.create(model="sim-model", messages=USER, max_tokens=100)  # type: ignore[arg-type]
+        done.append(time.monotonic())
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    seen_waiting = 0.0
+    while any(t.is_alive() for t in threads) and time.monotonic() - t0 < 10:
+        m = metrics(slow.url)
+        seen_waiting = max(seen_waiting, m.total("vllm:num_requests_waiting") or 0)
+        time.sleep(0.05)
+    for t in threads:
+        t.join(10)
+    t_slow = max(done) - t0
+    assert seen_waiting == 1
+    assert 0.9 < t_slow < 4.0  # two 1 s generations back to back
+    assert t_fast < 0.6 < t_slow
+
+
+def test_help_names_every_flag() -> None:
+    env = dict(os.environ, COLUMNS="200", TERMINAL_WIDTH="200")
+    out = subprocess.run(
+        [sys.executable, "-m", "wedgewatch", "sim", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    ).stdout
+    for flag in (
+        "--host",
+        "--port",
+        "--scenario",
+        "--time-scale",
+        "--max-num-seqs",
+        "--model",
+        "--served-model-name",
+        "--no-enable-prefix-caching",
+        "--enforce-eager",
+        "--enable-lora",
+        "--lora-modules",
+        "--max-model-len",
+        "--sse-ping-interval",
+        "--seed",
+        "--policy",
+        "--preload-age",
+    ):
+        assert flag in out, flag
