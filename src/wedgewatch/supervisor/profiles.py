@@ -150,7 +150,13 @@ REGISTRY: dict[str, Profile] = {
     "llamacpp": Profile(
         "llamacpp",
         _llamacpp,
-        token_counters=("llamacpp:tokens_predicted_total", "llamacpp:prompt_tokens_total"),
+        # llama.cpp adds to tokens_predicted_total only when a request ends; n_decode_total rises
+        # with every decode step, so it is what shows progress while a long generation runs.
+        token_counters=(
+            "llamacpp:tokens_predicted_total",
+            "llamacpp:prompt_tokens_total",
+            "llamacpp:n_decode_total",
+        ),
         running_gauge="llamacpp:requests_processing",
         waiting_gauge="llamacpp:requests_deferred",
         lora=_llamacpp_lora,
