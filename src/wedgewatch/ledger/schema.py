@@ -5,12 +5,34 @@ start; a server life's end is a row in ``server_life_ends``. Instance outcomes, 
 retry are views. Bump SCHEMA_VERSION with every change and add a migration step in store.py.
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# Columns added after version 1, per version: (table, column, type). A ledger written by an older
+# wedgewatch gets them with ALTER TABLE ... ADD COLUMN (existing rows read NULL there); fresh
+# ledgers get them from the CREATE TABLE statements below. Nothing is ever dropped or renamed.
+ADDED_COLUMNS: dict[int, list[tuple[str, str, str]]] = {
+    2: [
+        ("run_instances", "instance_json", "TEXT"),
+        ("attempts", "age_seconds", "REAL"),
+        ("attempts", "age_requests", "INTEGER"),
+        ("attempts", "age_tokens", "INTEGER"),
+        ("attempt_ends", "age_seconds", "REAL"),
+        ("attempt_ends", "age_requests", "INTEGER"),
+        ("attempt_ends", "age_tokens", "INTEGER"),
+    ],
+}
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
+);
+
+-- One row per schema version this file has been brought to; the current one is MAX(version).
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    applied_at REAL NOT NULL,
+    tool_version TEXT NOT NULL
 );
 
 -- One row per run: its configuration as it was when the run was created.
@@ -39,6 +61,7 @@ CREATE TABLE IF NOT EXISTS run_instances (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
     instance_id TEXT NOT NULL,
     position INTEGER NOT NULL,
+    instance_json TEXT,  -- the instance record itself, so a resume never re-reads the suite file
     PRIMARY KEY (run_id, instance_id)
 );
 
@@ -84,7 +107,10 @@ CREATE TABLE IF NOT EXISTS attempts (
     started_at REAL NOT NULL,
     life_id TEXT,
     agent TEXT,
-    sandbox_path TEXT
+    sandbox_path TEXT,
+    age_seconds REAL,  -- the server life's age when the attempt started
+    age_requests INTEGER,
+    age_tokens INTEGER
 );
 
 -- How an attempt ended: status is submitted, early_stop, api_error, harness_error, interrupted.
@@ -97,7 +123,10 @@ CREATE TABLE IF NOT EXISTS attempt_ends (
     steps INTEGER,
     tokens INTEGER,
     life_id TEXT,
-    detail_json TEXT
+    detail_json TEXT,
+    age_seconds REAL,  -- the server life's age when the attempt ended
+    age_requests INTEGER,
+    age_tokens INTEGER
 );
 
 -- The verdict on a submitted patch (local tests or an imported SWE-bench report).
@@ -158,58 +187,122 @@ CREATE INDEX IF NOT EXISTS requests_attempt ON requests(attempt_id);
 CREATE INDEX IF NOT EXISTS events_kind ON events(kind, ts);
 CREATE INDEX IF NOT EXISTS samples_life ON metric_samples(life_id, ts);
 CREATE INDEX IF NOT EXISTS evaluations_attempt ON evaluations(attempt_id, id);
+CREATE INDEX IF NOT EXISTS requests_life ON requests(life_id, started_at);
+CREATE INDEX IF NOT EXISTS lives_run ON server_lives(run_id);
+CREATE INDEX IF NOT EXISTS marks_run ON run_marks(run_id, id);
 """
 
 VIEWS = """
+-- Every attempt with its end (if any). ``status`` is 'running' until an end row exists;
+-- ``resolved`` is the latest verdict that has one (an evaluation that could not run has NULL).
 DROP VIEW IF EXISTS attempt_view;
 CREATE VIEW attempt_view AS
 SELECT a.attempt_id, a.run_id, a.instance_id, a.attempt_no, a.started_at, a.agent, a.sandbox_path,
+       a.life_id AS start_life_id,
        COALESCE(e.life_id, a.life_id) AS life_id,
+       a.age_seconds AS start_age_seconds, a.age_requests AS start_age_requests,
+       a.age_tokens AS start_age_tokens,
        e.ended_at, COALESCE(e.status, 'running') AS status, COALESCE(e.reason, '') AS reason,
        e.patch, e.steps, e.tokens, e.detail_json,
+       e.age_seconds AS end_age_seconds, e.age_requests AS end_age_requests,
+       e.age_tokens AS end_age_tokens,
        e.ended_at - a.started_at AS duration,
-       (SELECT ev.resolved FROM evaluations ev WHERE ev.attempt_id = a.attempt_id
-         ORDER BY ev.id DESC LIMIT 1) AS resolved
+       (SELECT ev.resolved FROM evaluations ev
+         WHERE ev.attempt_id = a.attempt_id AND ev.resolved IS NOT NULL
+         ORDER BY ev.id DESC LIMIT 1) AS resolved,
+       (SELECT COUNT(*) FROM evaluations ev
+         WHERE ev.attempt_id = a.attempt_id AND ev.resolved IS NULL) AS n_eval_errors
 FROM attempts a LEFT JOIN attempt_ends e ON e.attempt_id = a.attempt_id;
 
--- The first model-side attempt of each instance decides its outcome; infrastructure attempts
--- only count toward infra_failed once every allowed attempt has been spent on them.
+-- Each attempt's latest verdict (NULL when none) and how many evaluations could not run.
+DROP VIEW IF EXISTS attempt_verdicts;
+CREATE VIEW attempt_verdicts AS
+SELECT a.attempt_id,
+       (SELECT ev.resolved FROM evaluations ev
+         WHERE ev.attempt_id = a.attempt_id AND ev.resolved IS NOT NULL
+         ORDER BY ev.id DESC LIMIT 1) AS resolved,
+       (SELECT COUNT(*) FROM evaluations ev
+         WHERE ev.attempt_id = a.attempt_id AND ev.resolved IS NULL) AS n_eval_errors
+FROM attempts a;
+
+-- One row per instance of each run (run_instances is the denominator). The first model-side
+-- attempt (submitted or early_stop) decides the outcome; there is at most one, because the
+-- runner never starts another attempt after it. api_error and harness_error attempts use up the
+-- budget (runs.attempts_max); interrupted attempts are retried without using it up (the run was
+-- stopped, nothing failed). A submitted patch whose evaluation could not run attempts_max times
+-- is infra_failed too. Subqueries are correlated on (run_id, instance_id) so that asking about
+-- one instance reads only that instance's rows (index attempts_run).
 DROP VIEW IF EXISTS instance_outcomes;
 CREATE VIEW instance_outcomes AS
 WITH per AS (
   SELECT ri.run_id, ri.instance_id, ri.position, r.attempts_max,
-    (SELECT av.attempt_id FROM attempt_view av
-      WHERE av.run_id = ri.run_id AND av.instance_id = ri.instance_id
-        AND av.status IN ('submitted', 'early_stop')
-      ORDER BY av.attempt_no LIMIT 1) AS final_attempt,
-    (SELECT COUNT(*) FROM attempt_view av
-      WHERE av.run_id = ri.run_id AND av.instance_id = ri.instance_id) AS n_attempts,
-    (SELECT COUNT(*) FROM attempt_view av
-      WHERE av.run_id = ri.run_id AND av.instance_id = ri.instance_id
-        AND av.status IN ('api_error', 'harness_error', 'interrupted')) AS n_infra,
-    (SELECT COUNT(*) FROM attempt_view av
-      WHERE av.run_id = ri.run_id AND av.instance_id = ri.instance_id
-        AND av.status = 'api_error') AS n_api_error
+    (SELECT a.attempt_id FROM attempts a JOIN attempt_ends e ON e.attempt_id = a.attempt_id
+      WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
+        AND e.status IN ('submitted', 'early_stop')
+      ORDER BY a.attempt_no LIMIT 1) AS final_attempt,
+    (SELECT COUNT(*) FROM attempts a
+      WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id) AS n_attempts,
+    (SELECT MAX(a.attempt_no) FROM attempts a
+      WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id) AS last_attempt_no,
+    (SELECT COUNT(*) FROM attempts a JOIN attempt_ends e ON e.attempt_id = a.attempt_id
+      WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
+        AND e.status IN ('api_error', 'harness_error')) AS n_infra,
+    (SELECT COUNT(*) FROM attempts a JOIN attempt_ends e ON e.attempt_id = a.attempt_id
+      WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
+        AND e.status = 'api_error') AS n_api_error,
+    (SELECT COUNT(*) FROM attempts a JOIN attempt_ends e ON e.attempt_id = a.attempt_id
+      WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
+        AND e.status = 'interrupted') AS n_interrupted,
+    (SELECT COUNT(*) FROM attempts a LEFT JOIN attempt_ends e ON e.attempt_id = a.attempt_id
+      WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
+        AND e.attempt_id IS NULL) AS n_running
   FROM run_instances ri JOIN runs r ON r.run_id = ri.run_id
 )
-SELECT per.run_id, per.instance_id, per.position, per.n_attempts, per.n_infra, per.n_api_error,
-       per.final_attempt,
+SELECT per.run_id, per.instance_id, per.position, per.attempts_max, per.n_attempts,
+       COALESCE(per.last_attempt_no, 0) AS last_attempt_no,
+       per.n_infra, per.n_api_error, per.n_interrupted, per.n_running,
+       per.final_attempt, fe.status AS final_status, fe.reason AS final_reason,
+       fv.resolved, COALESCE(fv.n_eval_errors, 0) AS n_eval_errors,
        CASE
-         WHEN fa.status = 'early_stop' THEN 'early_stop'
-         WHEN fa.status = 'submitted' AND (fa.patch IS NULL OR TRIM(fa.patch) = '') THEN 'empty_patch'
-         WHEN fa.status = 'submitted' AND fa.resolved = 1 THEN 'resolved'
-         WHEN fa.status = 'submitted' AND fa.resolved = 0 THEN 'unresolved'
-         WHEN fa.status = 'submitted' THEN 'pending'
+         WHEN fe.status = 'early_stop' THEN 'early_stop'
+         WHEN fe.status = 'submitted'
+              AND TRIM(COALESCE(fe.patch, ''), ' ' || char(9) || char(10) || char(13)) = ''
+           THEN 'empty_patch'
+         WHEN fe.status = 'submitted' AND fv.resolved = 1 THEN 'resolved'
+         WHEN fe.status = 'submitted' AND fv.resolved = 0 THEN 'unresolved'
+         WHEN fe.status = 'submitted' AND fv.n_eval_errors >= per.attempts_max THEN 'infra_failed'
+         WHEN fe.status = 'submitted' THEN 'pending'
+         WHEN per.n_running > 0 THEN 'pending'
          WHEN per.n_infra >= per.attempts_max THEN 'infra_failed'
          ELSE 'pending'
-       END AS outcome,
-       fa.reason AS final_reason
-FROM per LEFT JOIN attempt_view fa ON fa.attempt_id = per.final_attempt;
+       END AS outcome
+FROM per
+LEFT JOIN attempt_ends fe ON fe.attempt_id = per.final_attempt
+LEFT JOIN attempt_verdicts fv ON fv.attempt_id = per.final_attempt;
+
+-- What the runner does next for each instance: NULL once the outcome is final; 'running' while an
+-- attempt has no end (only seen from outside the runner, or before a resume marks it
+-- interrupted); 'evaluate' for a submitted patch without a verdict; else 'attempt', numbered
+-- next_attempt_no. This is the whole retry policy as a query: a resume is "run what this says".
+DROP VIEW IF EXISTS instance_next;
+CREATE VIEW instance_next AS
+SELECT run_id, instance_id, position, outcome,
+       CASE
+         WHEN outcome != 'pending' THEN NULL
+         WHEN n_running > 0 THEN 'running'
+         WHEN final_attempt IS NOT NULL THEN 'evaluate'
+         ELSE 'attempt'
+       END AS next_action,
+       final_attempt,
+       last_attempt_no + 1 AS next_attempt_no
+FROM instance_outcomes;
 
 DROP VIEW IF EXISTS server_life_view;
 CREATE VIEW server_life_view AS
 SELECT l.*, r.ready_at, r.ready_seconds, r.warmup_json,
-       e.ended_at, e.end_reason, e.exit_code, e.age_seconds, e.age_requests, e.age_tokens
+       e.ended_at, e.end_reason, e.exit_code, e.age_seconds, e.age_requests, e.age_tokens,
+       COALESCE(e.ended_at, (SELECT MAX(q.started_at + q.duration) FROM requests q
+                             WHERE q.life_id = l.life_id)) - l.started_at AS seconds_alive
 FROM server_lives l
 LEFT JOIN server_life_ready r ON r.life_id = l.life_id
 LEFT JOIN server_life_ends e ON e.life_id = l.life_id;

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from wedgewatch.ledger.schema import SCHEMA_VERSION, TABLES, VIEWS
+from wedgewatch.errors import BadInput
+from wedgewatch.ledger.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, VIEWS
 
 log = logging.getLogger(__name__)
 
@@ -57,18 +58,59 @@ class Ledger:
         self._columns: dict[str, list[str]] = {}
 
     def _migrate(self) -> None:
+        """Create what is missing and bring an older file up to SCHEMA_VERSION, additively:
+        new tables, new columns (ALTER TABLE ADD COLUMN), and the views, which are derived and
+        so are the one thing that is dropped and re-created (in one transaction, so another
+        process reading the ledger never sees them missing)."""
+        import time
+
+        from wedgewatch import __version__
+
         with self._lock:
             self._conn.executescript(TABLES)
-            row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
-                self._conn.execute(
-                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                )
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"{self.path}: ledger schema {row[0]} is newer than this wedgewatch ({SCHEMA_VERSION})"
-                )
-            self._conn.executescript(VIEWS)
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                current = self._stored_version()
+                if current > SCHEMA_VERSION:
+                    raise BadInput(
+                        f"{self.path}: ledger schema {current} is newer than this wedgewatch's "
+                        f"({SCHEMA_VERSION}); upgrade wedgewatch to read it"
+                    )
+                for version in range(2, SCHEMA_VERSION + 1):
+                    for table, column, kind in ADDED_COLUMNS.get(version, []):
+                        have = {r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")}
+                        if column not in have:
+                            self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                if current == 0:
+                    # The version the file was created with; the current one is in schema_migrations.
+                    self._conn.execute(
+                        "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                        (str(SCHEMA_VERSION),),
+                    )
+                if current < SCHEMA_VERSION:
+                    self._conn.execute(
+                        "INSERT OR IGNORE INTO schema_migrations(version, applied_at, tool_version) "
+                        "VALUES (?, ?, ?)",
+                        (SCHEMA_VERSION, time.time(), __version__),
+                    )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.executescript("BEGIN IMMEDIATE;\n" + VIEWS + "\nCOMMIT;")
+
+    def _stored_version(self) -> int:
+        """0 for a new file; version 1 files have only the meta row."""
+        row = self._conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+        if row is not None and row[0] is not None:
+            return int(row[0])
+        row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def schema_version(self) -> int:
+        """The schema version of this file (after opening, always SCHEMA_VERSION)."""
+        with self._lock:
+            return self._stored_version()
 
     def _table_columns(self, table: str) -> list[str]:
         cols = self._columns.get(table)
@@ -107,7 +149,7 @@ class Ledger:
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[sqlite3.Row]:
         """Read-only query. Writes go through ``append``."""
         head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-        if head not in ("SELECT", "WITH", "PRAGMA"):
+        if head not in ("SELECT", "WITH", "PRAGMA", "EXPLAIN"):
             raise ValueError("Ledger.query is read-only; use append")
         with self._lock:
             return self._conn.execute(sql, params).fetchall()

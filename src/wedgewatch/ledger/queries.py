@@ -1,0 +1,111 @@
+"""Named read queries over the ledger. Everything the runner decides and every number a summary
+shows comes from here (or the views behind it), never from state held in memory."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from wedgewatch.errors import BadInput
+from wedgewatch.ledger.store import Ledger
+
+# Request outcomes that are stalls (the proxy's kinds); everything not ok/client_error counts as
+# infrastructure in summaries. The runner's own test for "this attempt hit the infrastructure"
+# uses the proxy's INFRA_OUTCOMES constant.
+STALL_KINDS = ("stall_ttft", "stall_midstream", "trickle", "total_timeout")
+
+
+def resolve_run(ledger: Ledger, run_id: str | None) -> sqlite3.Row:
+    """The run row for ``run_id``, or the latest run when None. BadInput when there is none."""
+    if run_id is None:
+        rows = ledger.query("SELECT * FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1")
+        if not rows:
+            raise BadInput(f"{ledger.path}: the ledger holds no run")
+        return rows[0]
+    rows = ledger.query("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+    if not rows:
+        known = [r[0] for r in ledger.query("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 5")]
+        hint = f" (latest: {', '.join(known)})" if known else " (the ledger holds no run)"
+        raise BadInput(f"{ledger.path}: no run {run_id!r}{hint}")
+    return rows[0]
+
+
+def instance_outcomes(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
+    return ledger.query("SELECT * FROM instance_outcomes WHERE run_id = ? ORDER BY position", (run_id,))
+
+
+def instance_next(ledger: Ledger, run_id: str, instance_id: str) -> sqlite3.Row:
+    rows = ledger.query(
+        "SELECT * FROM instance_next WHERE run_id = ? AND instance_id = ?", (run_id, instance_id)
+    )
+    return rows[0]
+
+
+def unfinished(ledger: Ledger, run_id: str) -> list[str]:
+    """Instance ids whose outcome is not final yet, in suite order: what a run (or resume) works on."""
+    rows = ledger.query(
+        "SELECT instance_id FROM instance_next WHERE run_id = ? AND next_action IS NOT NULL "
+        "ORDER BY position",
+        (run_id,),
+    )
+    return [r[0] for r in rows]
+
+
+def in_flight(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
+    """Attempts that started and have no end: what a resume marks interrupted."""
+    return ledger.query(
+        "SELECT a.* FROM attempts a LEFT JOIN attempt_ends e ON e.attempt_id = a.attempt_id "
+        "WHERE a.run_id = ? AND e.attempt_id IS NULL ORDER BY a.started_at",
+        (run_id,),
+    )
+
+
+def run_instances(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
+    return ledger.query("SELECT * FROM run_instances WHERE run_id = ? ORDER BY position", (run_id,))
+
+
+def attempts(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
+    return ledger.query(
+        "SELECT * FROM attempt_view WHERE run_id = ? ORDER BY instance_id, attempt_no", (run_id,)
+    )
+
+
+def attempt_requests(ledger: Ledger, attempt_id: str) -> list[sqlite3.Row]:
+    return ledger.query(
+        "SELECT request_id, outcome, started_at, duration FROM requests WHERE attempt_id = ? "
+        "ORDER BY started_at",
+        (attempt_id,),
+    )
+
+
+def run_marks(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
+    return ledger.query("SELECT * FROM run_marks WHERE run_id = ? ORDER BY id", (run_id,))
+
+
+def server_lives(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
+    return ledger.query("SELECT * FROM server_life_view WHERE run_id = ? ORDER BY started_at", (run_id,))
+
+
+def request_outcomes(ledger: Ledger, run_id: str) -> dict[str, int]:
+    """Requests of the run's attempts, counted by outcome."""
+    rows = ledger.query(
+        "SELECT q.outcome, COUNT(*) FROM requests q JOIN attempts a ON a.attempt_id = q.attempt_id "
+        "WHERE a.run_id = ? GROUP BY q.outcome",
+        (run_id,),
+    )
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def events_by_kind(ledger: Ledger, run_id: str) -> dict[str, int]:
+    """Events of the run: rows tagged with the run, or with one of its server lives."""
+    rows = ledger.query(
+        "SELECT kind, COUNT(*) FROM events WHERE run_id = ? "
+        "OR (run_id IS NULL AND life_id IN (SELECT life_id FROM server_lives WHERE run_id = ?)) "
+        "GROUP BY kind",
+        (run_id, run_id),
+    )
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def row_dict(row: sqlite3.Row | None) -> dict[str, Any]:
+    return dict(row) if row is not None else {}
