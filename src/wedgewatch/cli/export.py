@@ -1,0 +1,52 @@
+"""``wedgewatch export [RUN] --format swebench|results|csv [--out PATH]``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from wedgewatch.cli._app import app
+from wedgewatch.cli.report import open_ledger
+from wedgewatch.errors import BadInput
+
+
+@app.command("export")
+def export_cmd(
+    run_id: Annotated[
+        str | None, typer.Argument(help="Run id (default: the latest run in the ledger).")
+    ] = None,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="swebench (predictions JSONL for the official harness), results (one JSON line per "
+            "instance with every attempt), csv (one row per instance).",
+        ),
+    ] = "results",
+    out: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
+    ledger: Annotated[
+        Path | None, typer.Option("--ledger", help="Ledger file (default: wedgewatch.sqlite).")
+    ] = None,
+) -> None:
+    """Export a run. Predictions leave out instances without a model outcome (infra_failed,
+    pending): they are never written as empty patches."""
+    from wedgewatch.ledger import queries
+    from wedgewatch.runner.export import FORMATS, render
+
+    if fmt not in FORMATS:
+        raise BadInput(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
+    with open_ledger(ledger) as lg:
+        rid = queries.resolve_run(lg, run_id)["run_id"]
+        text = render(lg, rid, fmt)
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(f"--out: {out}: {exc.strerror or exc}") from None
+    lines = text.count("\n") - (1 if fmt == "csv" else 0)
+    typer.echo(f"wrote {lines} {'rows' if fmt == 'csv' else 'lines'} of run {rid} to {out}", err=True)

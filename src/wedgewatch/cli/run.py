@@ -1,0 +1,104 @@
+"""``wedgewatch run CONFIG.toml [--run-id ID] [--resume ID] [--json]``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from wedgewatch.cli._app import app
+from wedgewatch.config import Config, RunConfig, load_config
+from wedgewatch.errors import BadInput, WedgewatchError
+
+
+@app.command("run")
+def run_cmd(
+    config: Annotated[
+        Path | None,
+        typer.Argument(help="Run config (TOML; `wedgewatch config --example`). Optional with --resume."),
+    ] = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help="Id of the new run (default: time-based).")
+    ] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            help="Go on with this run after a crash, Ctrl-C or SIGKILL (its own config is used).",
+        ),
+    ] = None,
+    ledger: Annotated[
+        Path | None, typer.Option("--ledger", help="Ledger file for --resume (default: CONFIG's run.ledger).")
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the final summary as JSON, no live display.")
+    ] = False,
+) -> None:
+    """Run a suite (or resume a run) and print its summary: infra_failed and pending are counted
+    beside the score, never inside it."""
+    from wedgewatch.runner import main as runner_main
+    from wedgewatch.runner.run import check_run_id, new_run_id
+
+    cfg: Config | None = load_config(config) if config is not None else None
+    show = not json_out and sys.stderr.isatty()
+    if resume is not None:
+        if run_id is not None:
+            raise BadInput("--run-id: not with --resume (the run keeps its id)")
+        rid = resume
+        ledger_path = str(ledger) if ledger else (cfg.run.ledger if cfg else RunConfig().ledger)
+        given = cfg
+
+        def call() -> object:
+            return runner_main.resume(ledger_path, rid, given=given, show_progress=show)
+    else:
+        if cfg is None:
+            raise BadInput("CONFIG: a config file is required (or --resume RUN_ID)")
+        if ledger is not None:
+            raise BadInput("--ledger: only with --resume; a new run writes to its config's run.ledger")
+        rid = check_run_id(run_id) if run_id else new_run_id()
+        ledger_path = cfg.run.ledger
+        new_cfg = cfg
+
+        def call() -> object:
+            return runner_main.start(new_cfg, run_id=rid, show_progress=show)
+
+    try:
+        call()
+    except KeyboardInterrupt:
+        _print_summary(ledger_path, rid, json_out)
+        typer.echo(f"interrupted; go on with: wedgewatch run --resume {rid} --ledger {ledger_path}", err=True)
+        raise SystemExit(130) from None
+    except WedgewatchError as exc:
+        if not isinstance(exc, BadInput):
+            _print_summary(ledger_path, rid, json_out)
+            typer.echo(
+                f"run {rid} stopped; go on with: wedgewatch run --resume {rid} --ledger {ledger_path}",
+                err=True,
+            )
+        raise
+    _print_summary(ledger_path, rid, json_out)
+
+
+def _print_summary(ledger_path: str, run_id: str, as_json: bool) -> None:
+    from wedgewatch.ledger import Ledger
+    from wedgewatch.runner.summary import render_table, summarise
+
+    if not Path(ledger_path).exists():
+        return
+    with Ledger(ledger_path) as ledger:
+        if not ledger.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
+            return
+        s = summarise(ledger, run_id)
+    s["ledger"] = str(ledger_path)
+    if as_json:
+        typer.echo(json.dumps(s, indent=2))
+        return
+    from rich.console import Console
+
+    Console().print(render_table(s))
+    typer.echo(
+        f"ledger: {ledger_path}   export: wedgewatch export {run_id} --ledger {ledger_path} --format results"
+    )

@@ -1,0 +1,232 @@
+"""One attempt: a row when it starts, a fresh sandbox, the agent in a worker thread at the
+attempt's own proxy URL, and a row when it ends, with the status the retry policy decides.
+
+The agent is synchronous and may block for a long time, so it runs in its own daemon thread (not
+a pool: a thread abandoned after a server restart or a timeout must not hold a slot, and a stopped
+run must not wait for it at exit). The thread always closes its sandbox itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from wedgewatch.ledger import queries
+from wedgewatch.protocols import AgentTask, LifeInfo, Sandbox
+from wedgewatch.runner.context import AgentEnding, InFlight, RunContext, run_in_thread
+from wedgewatch.runner.retry import decide
+
+log = logging.getLogger(__name__)
+
+# Seconds past agent.timeout before the runner gives up on an agent thread itself. Agents enforce
+# agent.timeout on their own; this is the net under an agent that does not.
+TIMEOUT_GRACE = 30.0
+
+
+def _age(info: LifeInfo | None) -> dict[str, Any]:
+    if info is None:
+        return {"age_seconds": None, "age_requests": None, "age_tokens": None}
+    return {
+        "age_seconds": round(info.age_seconds, 3),
+        "age_requests": info.age_requests,
+        "age_tokens": info.age_tokens,
+    }
+
+
+def _agent_work(ctx: RunContext, instance: dict[str, Any], attempt_id: str, adir: Path) -> AgentEnding:
+    """In the worker thread: sandbox, agent, sandbox closed. Never raises."""
+    ending = AgentEnding()
+    sandbox: Sandbox | None = None
+    t0 = time.perf_counter()
+    try:
+        sandbox = ctx.make_sandbox(instance, adir / "sandbox")
+        ending.sandbox_path = str(sandbox.path)
+        ending.sandbox_seconds = time.perf_counter() - t0
+        from wedgewatch.agents import get_agent
+
+        agent = get_agent(ctx.cfg.agent.name, ctx.cfg.agent)
+        task = AgentTask(
+            attempt_id=attempt_id,
+            instance=instance,
+            sandbox=sandbox,
+            base_url=f"{ctx.proxy_url}/a/{attempt_id}/v1",
+            model=ctx.cfg.server.served_model_name or ctx.cfg.server.model,
+            trajectory_path=adir / "trajectory.json",
+        )
+        t1 = time.perf_counter()
+        try:
+            ending.result = agent.run(task)
+        finally:
+            ending.agent_seconds = time.perf_counter() - t1
+    except BaseException as exc:
+        ending.exc = exc
+    finally:
+        if sandbox is not None:
+            t2 = time.perf_counter()
+            try:
+                sandbox.close()
+            except Exception:
+                log.exception("closing the sandbox of %s failed", attempt_id)
+            ending.sandbox_seconds += time.perf_counter() - t2
+    return ending
+
+
+async def run_attempt(ctx: RunContext, instance_id: str, attempt_no: int) -> str:
+    """Run one attempt to its end row; return its status."""
+    assert ctx.loop is not None
+    await ctx.server.wait_ready()  # raises the supervisor's failure when it gave up
+    t_start = time.perf_counter()
+    attempt_id = ctx.attempt_id(instance_id, attempt_no)
+    adir = ctx.workdir / attempt_id
+    life = ctx.server.life()
+    life_id = life.life_id if life is not None else ctx.server.life_id
+    started_at = time.time()
+    ctx.append(
+        "attempts",
+        {
+            "attempt_id": attempt_id,
+            "run_id": ctx.run_id,
+            "instance_id": instance_id,
+            "attempt_no": attempt_no,
+            "started_at": started_at,
+            "life_id": life_id,
+            "agent": ctx.cfg.agent.name,
+            "sandbox_path": str(adir / "sandbox"),
+            **_age(life),
+        },
+    )
+    ctx.counters.attempts += 1
+    if attempt_no > 1:
+        ctx.counters.retried += 1
+    instance = ctx.instances[instance_id]
+    fut = run_in_thread(
+        ctx.loop, lambda: _agent_work(ctx, instance, attempt_id, adir), f"attempt-{attempt_id}"
+    )
+    flight = InFlight(attempt_id, instance_id, life_id, started_at, fut)
+    ctx.inflight[attempt_id] = flight
+    t_launched = time.perf_counter()
+    try:
+        ending = await asyncio.wait_for(fut, timeout=ctx.cfg.agent.timeout + TIMEOUT_GRACE)
+    except TimeoutError:
+        flight.ended_by = ("harness_error", "attempt_timeout")
+        await end_attempt(ctx, flight, *flight.ended_by, detail={"limit": ctx.cfg.agent.timeout})
+        return flight.ended_by[0]
+    except asyncio.CancelledError:
+        # The run is stopping (Ctrl-C, SIGTERM): the attempt's end is a fact worth writing now;
+        # a resume would otherwise find it in flight and write the same.
+        if flight.ended_by is None:
+            flight.ended_by = ("interrupted", "run_stopped")
+            write_end(ctx, flight, "interrupted", "run_stopped", {"by": "stop"})
+        raise
+    finally:
+        ctx.inflight.pop(attempt_id, None)
+    t_back = time.perf_counter()
+    if flight.ended_by is not None:
+        return flight.ended_by[0]  # a server restart ended it first; its end row is written
+    assert ending is not None
+    outcomes = [r["outcome"] for r in queries.attempt_requests(ctx.ledger, attempt_id)]
+    status, reason = decide(ending.result, ending.exc, outcomes, ctx.is_infra)
+    result = ending.result
+    own = (t_launched - t_start) + (time.perf_counter() - t_back)
+    detail: dict[str, Any] = {
+        "requests": len(outcomes),
+        "timings": {
+            "agent": round(ending.agent_seconds, 4),
+            "sandbox": round(ending.sandbox_seconds, 4),
+            "runner": round(own, 5),
+        },
+    }
+    if ending.exc is not None:
+        detail["error"] = f"{type(ending.exc).__name__}: {str(ending.exc)[:2000]}"
+    if result is not None and status != result.status:
+        detail["agent_said"] = {"status": result.status, "reason": result.reason}
+    if result is not None and result.extra:
+        detail["agent"] = result.extra
+    ctx.timings.overhead.append(own)
+    await end_attempt(
+        ctx,
+        flight,
+        status,
+        reason,
+        detail=detail,
+        patch=result.patch if result is not None and status in ("submitted", "early_stop") else None,
+        steps=result.steps if result is not None else None,
+        tokens=result.tokens if result is not None else None,
+    )
+    return status
+
+
+async def end_attempt(
+    ctx: RunContext,
+    flight: InFlight,
+    status: str,
+    reason: str,
+    *,
+    detail: dict[str, Any] | None = None,
+    patch: str | None = None,
+    steps: int | None = None,
+    tokens: int | None = None,
+    life_id: str | None = None,
+) -> None:
+    """Write the attempt's end row and tell the supervisor. Called once per attempt."""
+    life = ctx.server.life()
+    end_life = life_id or (life.life_id if life is not None else flight.life_id)
+    ctx.append(
+        "attempt_ends",
+        {
+            "attempt_id": flight.attempt_id,
+            "ended_at": time.time(),
+            "status": status,
+            "reason": reason,
+            "patch": patch,
+            "steps": steps,
+            "tokens": tokens,
+            "life_id": end_life,
+            "detail_json": detail or {},
+            **_age(life if life is not None and life.life_id == end_life else None),
+        },
+    )
+    if status == "api_error":
+        ctx.counters.api_errors += 1
+    # The supervisor's consecutive-API-error counter hears about attempts that say something about
+    # the server: api_error (True) and model-side endings (False). A restart's own casualties and
+    # harness errors say nothing about it, and counting the former would restart in a loop.
+    if status == "api_error" and reason != "server_restarted":
+        ctx.server.note_attempt(True, flight.life_id)
+    elif status in ("submitted", "early_stop"):
+        ctx.server.note_attempt(False, flight.life_id)
+
+
+def write_end(ctx: RunContext, flight: InFlight, status: str, reason: str, detail: dict[str, Any]) -> None:
+    """The end row of an attempt ended from outside its worker (restart, stop)."""
+    ctx.append(
+        "attempt_ends",
+        {
+            "attempt_id": flight.attempt_id,
+            "ended_at": time.time(),
+            "status": status,
+            "reason": reason,
+            "life_id": detail.get("life_id") or flight.life_id,
+            "detail_json": detail,
+        },
+    )
+    if status == "api_error":
+        ctx.counters.api_errors += 1
+
+
+def end_all_in_flight(ctx: RunContext, status: str, reason: str, detail: dict[str, Any]) -> int:
+    """End every attempt in flight now (a server restart); their threads are abandoned and their
+    late results ignored. Synchronous: called from an event subscriber in the loop's thread."""
+    n = 0
+    for flight in list(ctx.inflight.values()):
+        if flight.ended_by is not None or flight.done.done():
+            continue
+        flight.ended_by = (status, reason)
+        write_end(ctx, flight, status, reason, detail)
+        # Wake the attempt's worker, which returns the status and lets the instance go on.
+        flight.done.set_result(AgentEnding())
+        n += 1
+    return n

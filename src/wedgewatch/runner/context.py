@@ -1,0 +1,148 @@
+"""What every part of a run shares: the effective config, the ledger, the server and proxy, the
+attempts in flight, and the counters the progress display reads (display only: every decision
+reads the ledger)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from wedgewatch.config import Config
+from wedgewatch.ledger.store import Ledger
+from wedgewatch.protocols import AgentResult, LifeInfo, Sandbox
+
+
+class ServerSide(Protocol):
+    """What the runner needs of the supervisor."""
+
+    @property
+    def life_id(self) -> str | None: ...
+
+    def life(self) -> LifeInfo | None: ...
+
+    async def wait_ready(self) -> None: ...
+
+    def note_attempt(self, api_error: bool, life_id: str | None = None) -> None: ...
+
+    def note_instance_done(self) -> None: ...
+
+
+T = TypeVar("T")
+
+SandboxFactory = Callable[[dict[str, Any], Path], Sandbox]
+"""(instance, directory) -> a fresh sandbox of the instance's repository at base_commit."""
+
+
+@dataclass(slots=True)
+class AgentEnding:
+    """What the worker thread hands back: a result or the exception that ended the agent."""
+
+    result: AgentResult | None = None
+    exc: BaseException | None = None
+    sandbox_path: str | None = None
+    agent_seconds: float = 0.0
+    sandbox_seconds: float = 0.0
+
+
+@dataclass(eq=False)
+class InFlight:
+    """One attempt whose end row is not written yet."""
+
+    attempt_id: str
+    instance_id: str
+    life_id: str | None
+    started: float
+    done: asyncio.Future[AgentEnding]
+    # Set when someone other than the attempt's own worker ended it (a server restart, a stop).
+    ended_by: tuple[str, str] | None = None
+
+
+@dataclass
+class Counters:
+    """For the progress display only."""
+
+    total: int = 0
+    final_before: int = 0  # instances already final when this execution began (resume)
+    done: int = 0
+    running: int = 0
+    retried: int = 0
+    attempts: int = 0
+    api_errors: int = 0
+    stalls: int = 0
+    restarts: int = 0
+    evaluations: int = 0
+
+
+@dataclass
+class Timings:
+    """The runner's own cost per attempt (seconds), excluding the agent and the sandbox."""
+
+    overhead: list[float] = field(default_factory=list)
+    ledger_writes: int = 0
+    ledger_seconds: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add_write(self, seconds: float, rows: int = 1) -> None:
+        with self.lock:
+            self.ledger_writes += rows
+            self.ledger_seconds += seconds
+
+
+@dataclass
+class RunContext:
+    cfg: Config  # effective (time-scaled) config
+    ledger: Ledger
+    run_id: str
+    workdir: Path  # <run.workdir>/<run_id>
+    proxy_url: str
+    server: ServerSide
+    make_sandbox: SandboxFactory
+    is_infra: Callable[[str], bool]
+    positions: dict[str, int]
+    instances: dict[str, dict[str, Any]]
+    inflight: dict[str, InFlight] = field(default_factory=dict)
+    counters: Counters = field(default_factory=Counters)
+    timings: Timings = field(default_factory=Timings)
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def append(self, table: str, row: dict[str, Any]) -> None:
+        t0 = time.perf_counter()
+        self.ledger.append(table, row)
+        self.timings.add_write(time.perf_counter() - t0)
+
+    def attempt_id(self, instance_id: str, attempt_no: int) -> str:
+        # Safe in a URL path (the proxy's /a/<attempt_id>/v1) whatever the instance id holds.
+        return f"{self.run_id}-{self.positions[instance_id]}-{attempt_no}"
+
+
+def run_in_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], T], name: str) -> asyncio.Future[T]:
+    """Run ``fn`` in a new daemon thread; the future gets its result. Whoever resolves the future
+    first wins (a restart may end an attempt before its thread returns)."""
+    fut: asyncio.Future[T] = loop.create_future()
+
+    def deliver(value: T | None, exc: BaseException | None) -> None:
+        if fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(value)  # type: ignore[arg-type]
+
+    def target() -> None:
+        try:
+            value = fn()
+        except BaseException as exc:
+            loop.call_soon_threadsafe(deliver, None, exc)
+        else:
+            try:
+                loop.call_soon_threadsafe(deliver, value, None)
+            except RuntimeError:
+                pass  # the loop is closed: the run is over and nobody waits for this thread
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return fut

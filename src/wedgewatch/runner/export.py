@@ -1,0 +1,139 @@
+"""Exports of a run: SWE-bench predictions, per-instance results JSONL, and CSV.
+
+Predictions hold only instances with a model outcome: an instance that failed on the
+infrastructure's side (or is still pending) is left out, never written as an empty patch that
+the official harness would score as the model's failure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from wedgewatch.ledger import queries
+from wedgewatch.ledger.store import Ledger
+from wedgewatch.runner.summary import MODEL_OUTCOMES
+
+FORMATS = ("swebench", "results", "csv")
+CSV_FIELDS = (
+    "instance_id",
+    "outcome",
+    "resolved",
+    "api_error",
+    "early_stop",
+    "n_attempts",
+    "final_status",
+    "final_reason",
+    "statuses",
+    "infra_seconds",
+)
+
+
+def model_name(ledger: Ledger, run_id: str) -> str:
+    """``run.model_name`` from the run's config snapshot, else the served model name."""
+    run = queries.resolve_run(ledger, run_id)
+    cfg = json.loads(run["config_json"])
+    server = cfg.get("server", {})
+    name = cfg.get("run", {}).get("model_name") or server.get("served_model_name") or server.get("model")
+    return str(name or "unknown")
+
+
+def predictions(ledger: Ledger, run_id: str) -> Iterator[dict[str, Any]]:
+    """SWE-bench predictions: ``instance_id``, ``model_name_or_path``, ``model_patch``, for every
+    instance with a model outcome. An early stop is the model's failure, so it is written too,
+    with whatever patch the agent left (often none), as mini-swe-agent writes its predictions."""
+    name = model_name(ledger, run_id)
+    rows = ledger.query(
+        "SELECT o.instance_id, o.outcome, a.patch FROM instance_outcomes o "
+        "JOIN attempt_view a ON a.attempt_id = o.final_attempt "
+        "WHERE o.run_id = ? ORDER BY o.position",
+        (run_id,),
+    )
+    for r in rows:
+        yield {"instance_id": r["instance_id"], "model_name_or_path": name, "model_patch": r["patch"] or ""}
+
+
+def _attempt_record(a: Any) -> dict[str, Any]:
+    return {
+        "attempt_id": a["attempt_id"],
+        "attempt_no": a["attempt_no"],
+        "status": a["status"],
+        "reason": a["reason"],
+        "start": a["started_at"],
+        "end": a["ended_at"],
+        "duration": a["duration"],
+        "server_life": a["life_id"],
+        "server_age_at_start": {
+            "seconds": a["start_age_seconds"],
+            "requests": a["start_age_requests"],
+            "tokens": a["start_age_tokens"],
+        },
+        "server_age_at_end": {
+            "seconds": a["end_age_seconds"],
+            "requests": a["end_age_requests"],
+            "tokens": a["end_age_tokens"],
+        },
+        "steps": a["steps"],
+        "tokens": a["tokens"],
+        "resolved": None if a["resolved"] is None else bool(a["resolved"]),
+        "sandbox": a["sandbox_path"],
+    }
+
+
+def results(ledger: Ledger, run_id: str) -> Iterator[dict[str, Any]]:
+    """One record per instance of the suite (the denominator), each with every attempt."""
+    by_instance: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for a in queries.attempts(ledger, run_id):
+        by_instance[a["instance_id"]].append(_attempt_record(a))
+    for o in queries.instance_outcomes(ledger, run_id):
+        attempts = by_instance.get(o["instance_id"], [])
+        yield {
+            "instance_id": o["instance_id"],
+            "outcome": o["outcome"],
+            "resolved": o["outcome"] == "resolved",
+            "has_model_outcome": o["outcome"] in MODEL_OUTCOMES,
+            "api_error": any(a["status"] == "api_error" for a in attempts),
+            "early_stop": o["outcome"] == "early_stop",
+            "final_status": o["final_status"],
+            "final_reason": o["final_reason"],
+            "n_attempts": len(attempts),
+            "attempts": attempts,
+        }
+
+
+def _csv_rows(ledger: Ledger, run_id: str) -> Iterator[dict[str, Any]]:
+    for rec in results(ledger, run_id):
+        infra = [a for a in rec["attempts"] if a["status"] in ("api_error", "harness_error", "interrupted")]
+        yield {
+            "instance_id": rec["instance_id"],
+            "outcome": rec["outcome"],
+            "resolved": int(rec["resolved"]),
+            "api_error": int(rec["api_error"]),
+            "early_stop": int(rec["early_stop"]),
+            "n_attempts": rec["n_attempts"],
+            "final_status": rec["final_status"] or "",
+            "final_reason": rec["final_reason"] or "",
+            "statuses": " ".join(
+                f"{a['status']}:{a['reason']}" if a["reason"] else a["status"] for a in rec["attempts"]
+            ),
+            "infra_seconds": round(sum(a["duration"] or 0.0 for a in infra), 3),
+        }
+
+
+def render(ledger: Ledger, run_id: str, fmt: str) -> str:
+    """The export as text (JSONL lines or CSV)."""
+    if fmt == "swebench":
+        return "".join(json.dumps(p) + "\n" for p in predictions(ledger, run_id))
+    if fmt == "results":
+        return "".join(json.dumps(r) + "\n" for r in results(ledger, run_id))
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(_csv_rows(ledger, run_id))
+        return buf.getvalue()
+    raise ValueError(f"unknown export format {fmt!r}")

@@ -1,0 +1,102 @@
+"""The entry points the CLI, the demo and the benchmark call: a new run from a config, or a
+resumed one from the ledger; each returns once the execution ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from wedgewatch.config import Config
+from wedgewatch.errors import BadInput
+from wedgewatch.ledger.store import Ledger
+from wedgewatch.runner import progress
+from wedgewatch.runner.context import RunContext, SandboxFactory
+from wedgewatch.runner.run import (
+    Execution,
+    check_run_id,
+    create_run,
+    execute,
+    load_run_config,
+    new_run_id,
+    resume_run,
+)
+from wedgewatch.runner.suite import load_suite
+
+log = logging.getLogger(__name__)
+
+
+async def _execute_with_display(
+    ledger: Ledger,
+    run_id: str,
+    cfg: Config,
+    resumed: dict[str, Any] | None,
+    show_progress: bool,
+    make_sandbox: SandboxFactory | None,
+    on_context: Callable[[RunContext], None] | None,
+) -> Execution:
+    holder: list[RunContext] = []
+
+    def keep(ctx: RunContext) -> None:
+        holder.append(ctx)
+        if on_context is not None:
+            on_context(ctx)
+
+    async with progress.live(holder, show_progress):
+        return await execute(ledger, run_id, cfg, resumed=resumed, make_sandbox=make_sandbox, on_context=keep)
+
+
+def start(
+    cfg: Config,
+    *,
+    run_id: str | None = None,
+    show_progress: bool = False,
+    make_sandbox: SandboxFactory | None = None,
+    on_context: Callable[[RunContext], None] | None = None,
+) -> Execution:
+    """Load the suite (any error before a row is written), create the run, execute it."""
+    rid = check_run_id(run_id) if run_id else new_run_id()
+    suite = load_suite(cfg.suite)
+    with Ledger(cfg.run.ledger) as ledger:
+        create_run(ledger, cfg, suite, rid)
+        log.info("run %s: %d instances into %s", rid, len(suite.instances), cfg.run.ledger)
+        return asyncio.run(
+            _execute_with_display(ledger, rid, cfg, None, show_progress, make_sandbox, on_context)
+        )
+
+
+def resume(
+    ledger_path: str | Path,
+    run_id: str,
+    *,
+    given: Config | None = None,
+    show_progress: bool = False,
+    make_sandbox: SandboxFactory | None = None,
+    on_context: Callable[[RunContext], None] | None = None,
+) -> Execution:
+    """Resume ``run_id`` with its own config snapshot. A config given on the command line must
+    match the snapshot: a resumed run that changed its settings would not be one run."""
+    if not Path(ledger_path).exists():
+        raise BadInput(f"--ledger: {ledger_path} does not exist")
+    with Ledger(ledger_path) as ledger:
+        stored = load_run_config(ledger, run_id)
+        if given is not None and given.hash() != stored.hash():
+            diff = _first_difference(given.snapshot(), stored.snapshot())
+            raise BadInput(
+                f"--resume {run_id}: the config differs from the run's snapshot at {diff}; "
+                "resume without CONFIG (the snapshot is used) or start a new run"
+            )
+        cfg, found = resume_run(ledger, run_id)
+        return asyncio.run(
+            _execute_with_display(ledger, run_id, cfg, found, show_progress, make_sandbox, on_context)
+        )
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{path}.{key}" if path else key)
+    return path or "(root)"

@@ -1,0 +1,268 @@
+"""Orchestration of a run: the run's rows, the supervisor and the proxy in one event loop,
+``run.concurrency`` instances at a time, each instance driven by what the ledger says comes next
+(``instance_next``) until its outcome is final; then the run's end mark.
+
+A run is created once (``create_run``: the config snapshot, the suite as loaded) and executed
+one or more times (``execute``: the first time, and after each ``--resume``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wedgewatch import __version__
+from wedgewatch.config import Config, validate
+from wedgewatch.errors import BadInput, ServerError
+from wedgewatch.events import Event, EventBus
+from wedgewatch.ledger import queries
+from wedgewatch.ledger.store import Ledger
+from wedgewatch.runner import resume
+from wedgewatch.runner.attempt import end_all_in_flight, run_attempt
+from wedgewatch.runner.context import RunContext, SandboxFactory
+from wedgewatch.runner.evaluate import evaluate_attempt
+from wedgewatch.runner.suite import Suite
+
+log = logging.getLogger(__name__)
+
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def new_run_id() -> str:
+    return time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID.match(run_id):
+        raise BadInput(
+            f"--run-id: {run_id!r} must be 1-64 of A-Z a-z 0-9 . _ - (it goes into URLs and paths)"
+        )
+    return run_id
+
+
+def effective(cfg: Config) -> Config:
+    """The config a run actually uses: ``run.time_scale`` applied to the simulator and to the
+    proxy's deadlines (a simulated minute lasts 60/time_scale seconds, so must its deadlines), and
+    ``run.seed`` handed to the simulator. The ledger keeps the config as written."""
+    data = cfg.snapshot()
+    scale = cfg.run.time_scale
+    server, watchdog = data["server"], data["watchdog"]
+    if scale != 1.0:
+        if server["profile"] == "sim" and server["time_scale"] == 1.0:
+            server["time_scale"] = scale
+        for key in ("ttft_timeout", "stall_timeout", "rate_window", "total_timeout"):
+            watchdog[key] = watchdog[key] / scale
+        watchdog["min_rate"] = watchdog["min_rate"] * scale
+    if server["profile"] == "sim" and "--seed" not in server["args"]:
+        server["args"] = [*server["args"], "--seed", str(cfg.run.seed)]
+    return validate(data, "effective config")
+
+
+def create_run(ledger: Ledger, cfg: Config, suite: Suite, run_id: str) -> None:
+    """The run row and its instances (the denominator), in that order, before anything runs."""
+    if ledger.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
+        raise BadInput(f"--run-id: run {run_id!r} already exists in {ledger.path}; use --resume {run_id}")
+    ledger.append(
+        "runs",
+        {
+            "run_id": run_id,
+            "started_at": time.time(),
+            "config_json": cfg.snapshot(),
+            "config_hash": cfg.hash(),
+            "tool_version": __version__,
+            "suite": suite.source,
+            "attempts_max": cfg.run.attempts,
+            "seed": cfg.run.seed,
+        },
+    )
+    ledger.append_many(
+        "run_instances",
+        [
+            {"run_id": run_id, "instance_id": inst["instance_id"], "position": n, "instance_json": inst}
+            for n, inst in enumerate(suite.instances)
+        ],
+    )
+
+
+def load_run_config(ledger: Ledger, run_id: str) -> Config:
+    run = queries.resolve_run(ledger, run_id)
+    return validate(json.loads(run["config_json"]), f"{ledger.path}: run {run_id} config snapshot")
+
+
+def default_sandbox_factory(cfg: Config) -> SandboxFactory:
+    from wedgewatch.sandbox import LocalSandbox
+
+    repos_dir = Path(cfg.suite.repos_dir) if cfg.suite.repos_dir else None
+
+    def make(instance: dict[str, Any], root: Path) -> Any:
+        return LocalSandbox.create(instance, root, repos_dir=repos_dir, keep=cfg.run.keep_sandboxes)
+
+    return make
+
+
+@dataclass
+class Execution:
+    """What one execution of a run did (the summary itself comes from the ledger)."""
+
+    run_id: str
+    end_mark: str
+    error: str | None = None
+    ctx: RunContext | None = None
+
+
+async def _drive_instance(ctx: RunContext, instance_id: str) -> None:
+    """Attempts, then evaluation, as the ledger says, until nothing is left to do."""
+    while True:
+        nxt = queries.instance_next(ctx.ledger, ctx.run_id, instance_id)
+        action = nxt["next_action"]
+        if action == "attempt":
+            await run_attempt(ctx, instance_id, int(nxt["next_attempt_no"]))
+        elif action == "evaluate" and ctx.cfg.run.evaluate:
+            await evaluate_attempt(ctx, instance_id, str(nxt["final_attempt"]))
+        elif action == "running":
+            raise RuntimeError(f"{instance_id}: an attempt of this run is in flight outside this process")
+        else:
+            return
+
+
+async def _workers(ctx: RunContext, todo: list[str]) -> None:
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for iid in todo:
+        queue.put_nowait(iid)
+
+    async def worker() -> None:
+        while not queue.empty():
+            iid = queue.get_nowait()
+            ctx.counters.running += 1
+            try:
+                await _drive_instance(ctx, iid)
+            finally:
+                ctx.counters.running -= 1
+            ctx.counters.done += 1
+            ctx.server.note_instance_done()
+
+    async with asyncio.TaskGroup() as tg:
+        for _ in range(min(ctx.cfg.run.concurrency, max(1, len(todo)))):
+            tg.create_task(worker())
+
+
+def _mark(ledger: Ledger, run_id: str, kind: str, detail: dict[str, Any]) -> None:
+    ledger.append("run_marks", {"run_id": run_id, "ts": time.time(), "kind": kind, "detail_json": detail})
+
+
+async def execute(
+    ledger: Ledger,
+    run_id: str,
+    cfg: Config,
+    *,
+    resumed: dict[str, Any] | None = None,
+    make_sandbox: SandboxFactory | None = None,
+    on_context: Callable[[RunContext], None] | None = None,
+) -> Execution:
+    """Run (or go on with) ``run_id`` until every instance is final, the run is stopped, or the
+    server cannot be kept up. ``cfg`` is the run's own config (from its snapshot)."""
+    from wedgewatch.proxy import Proxy, is_infra_outcome
+    from wedgewatch.supervisor import Supervisor
+
+    eff = effective(cfg)
+    insts = queries.run_instances(ledger, run_id)
+    proxy_bus, sup_bus = EventBus(), EventBus()
+    sup = Supervisor(eff.server, ledger=ledger, bus=sup_bus, run_id=run_id)
+    proxy = Proxy(sup, eff.watchdog, ledger=ledger, bus=proxy_bus)
+    sup.attach(proxy_bus)
+    ctx = RunContext(
+        cfg=eff,
+        ledger=ledger,
+        run_id=run_id,
+        workdir=Path(eff.run.workdir) / run_id,
+        proxy_url="",
+        server=sup,
+        make_sandbox=make_sandbox or default_sandbox_factory(eff),
+        is_infra=is_infra_outcome,
+        positions={r["instance_id"]: r["position"] for r in insts},
+        instances={r["instance_id"]: json.loads(r["instance_json"]) for r in insts},
+        loop=asyncio.get_running_loop(),
+    )
+
+    def on_server_event(ev: Event) -> None:
+        if ev.kind == "restart":
+            ctx.counters.restarts += 1
+            end_all_in_flight(
+                ctx, "api_error", "server_restarted", {**ev.detail, "restart_reason": ev.detail.get("reason")}
+            )
+
+    def on_proxy_event(ev: Event) -> None:
+        if ev.kind == "stall":
+            ctx.counters.stalls += 1
+
+    sup_bus.subscribe(on_server_event)
+    proxy_bus.subscribe(on_proxy_event)
+    todo = queries.unfinished(ledger, run_id)
+    ctx.counters.total = len(insts)
+    ctx.counters.final_before = len(insts) - len(todo)
+    if on_context is not None:
+        on_context(ctx)
+    _mark(
+        ledger,
+        run_id,
+        "resumed" if resumed is not None else "started",
+        {"pid": os.getpid(), **(resumed or {})},
+    )
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    if task is not None:
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    result = Execution(run_id, "finished", ctx=ctx)
+    try:
+        try:
+            ctx.proxy_url = await proxy.start("127.0.0.1", 0)
+            await sup.start()
+            await _workers(ctx, todo)
+        except BaseExceptionGroup as group:  # from the workers' TaskGroup: the first cause speaks
+            for extra in group.exceptions[1:]:
+                log.error("also failed: %r", extra)
+            raise group.exceptions[0] from None
+        _mark(
+            ledger,
+            run_id,
+            "finished",
+            {"pid": os.getpid(), "unfinished": len(queries.unfinished(ledger, run_id))},
+        )
+    except asyncio.CancelledError:
+        _mark(ledger, run_id, "interrupted", {"pid": os.getpid()})
+        result.end_mark = "interrupted"
+        raise
+    except Exception as exc:
+        # The server could not be kept up (ServerError), or wedgewatch itself failed: the run
+        # stops with a mark saying why, and --resume goes on from there.
+        kind = "server" if isinstance(exc, ServerError) else type(exc).__name__
+        _mark(ledger, run_id, "aborted", {"pid": os.getpid(), "error": f"{kind}: {str(exc)[:2000]}"})
+        result.end_mark, result.error = "aborted", str(exc)
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        await asyncio.shield(_shutdown(sup, proxy))
+    return result
+
+
+async def _shutdown(sup: Any, proxy: Any) -> None:
+    try:
+        await sup.stop()
+    finally:
+        await proxy.stop()
+
+
+def resume_run(ledger: Ledger, run_id: str) -> tuple[Config, dict[str, Any]]:
+    """Checks and marks before a resumed execution; returns the run's config and what was found."""
+    cfg = load_run_config(ledger, run_id)
+    return cfg, resume.prepare(ledger, run_id)

@@ -1,0 +1,207 @@
+"""A run's summary, computed from the ledger alone: outcomes with infra_failed and pending beside
+the score (never folded into failures), attempts by status, stalls by kind, server lives and
+restarts, and the time the infrastructure cost.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from statistics import NormalDist
+from typing import Any
+
+from wedgewatch.ledger import queries
+from wedgewatch.ledger.store import Ledger
+
+OUTCOMES = ("resolved", "unresolved", "empty_patch", "early_stop", "infra_failed", "pending")
+MODEL_OUTCOMES = ("resolved", "unresolved", "empty_patch", "early_stop")
+ATTEMPT_STATUSES = ("submitted", "early_stop", "api_error", "harness_error", "interrupted", "running")
+
+
+def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for k successes in n trials (statsmodels' ``method='wilson'``;
+    computed here so that a report does not pay statsmodels' import time). (nan, nan) for n=0."""
+    if n == 0:
+        return math.nan, math.nan
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _rate(k: int, n: int) -> dict[str, Any]:
+    lo, hi = wilson(k, n)
+    return {
+        "k": k,
+        "n": n,
+        "rate": (k / n) if n else None,
+        "ci95": [lo, hi] if n else None,
+    }
+
+
+def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
+    """Everything ``wedgewatch report`` prints, as a JSON-ready dict."""
+    run = queries.resolve_run(ledger, run_id)
+    rid = run["run_id"]
+    outcomes = queries.instance_outcomes(ledger, rid)
+    counts = Counter(r["outcome"] for r in outcomes)
+    by_outcome = {k: counts.get(k, 0) for k in OUTCOMES}
+    awaiting_eval = sum(1 for r in outcomes if r["outcome"] == "pending" and r["final_status"] == "submitted")
+    n_all = len(outcomes)
+    n_model = sum(by_outcome[k] for k in MODEL_OUTCOMES)
+
+    att = ledger.query(
+        "SELECT status, reason, COUNT(*) AS n, SUM(COALESCE(duration, 0)) AS secs "
+        "FROM attempt_view WHERE run_id = ? GROUP BY status, reason",
+        (rid,),
+    )
+    by_status: Counter[str] = Counter()
+    infra_reasons: Counter[str] = Counter()
+    infra_seconds = 0.0
+    for r in att:
+        by_status[r["status"]] += r["n"]
+        if r["status"] in ("api_error", "harness_error", "interrupted"):
+            infra_reasons[f"{r['status']}:{r['reason']}"] += r["n"]
+            infra_seconds += r["secs"] or 0.0
+    retried = ledger.query(
+        "SELECT COUNT(DISTINCT instance_id) FROM attempts WHERE run_id = ? AND attempt_no > 1", (rid,)
+    )[0][0]
+
+    requests = queries.request_outcomes(ledger, rid)
+    stalls = {k: requests.get(k, 0) for k in queries.STALL_KINDS}
+    lives = queries.server_lives(ledger, rid)
+    # Every life after the run's first is a restart, whatever the supervisor called its reason.
+    restarts = lives[1:]
+    restart_seconds = sum((lv["ready_seconds"] or 0.0) for lv in restarts)
+    events = queries.events_by_kind(ledger, rid)
+    marks = queries.run_marks(ledger, rid)
+    ends = [m for m in marks if m["kind"] in ("finished", "interrupted", "aborted")]
+    wall = (ends[-1]["ts"] - run["started_at"]) if ends else None
+    return {
+        "run_id": rid,
+        "suite": run["suite"],
+        "config_hash": run["config_hash"],
+        "tool_version": run["tool_version"],
+        "attempts_max": run["attempts_max"],
+        "seed": run["seed"],
+        "started_at": run["started_at"],
+        "state": marks[-1]["kind"] if marks else "created",
+        "wall_seconds": wall,
+        "instances": n_all,
+        "outcomes": by_outcome,
+        "awaiting_evaluation": awaiting_eval,
+        "resolved_rate_all": _rate(by_outcome["resolved"], n_all),
+        "resolved_rate_model": _rate(by_outcome["resolved"], n_model),
+        "attempts": {
+            "total": sum(by_status.values()),
+            "by_status": {k: by_status.get(k, 0) for k in ATTEMPT_STATUSES},
+            "infra_reasons": dict(infra_reasons.most_common()),
+            "instances_retried": retried,
+        },
+        "requests": dict(sorted(requests.items())),
+        "stalls": stalls,
+        "server": {
+            "lives": len(lives),
+            "restarts": len(restarts),
+            "restart_reasons": dict(Counter(lv["start_reason"] for lv in restarts)),
+            "wedges": events.get("wedge", 0),
+            "crashes": events.get("crash", 0),
+        },
+        "infra_time": {
+            "attempt_seconds": round(infra_seconds, 3),
+            "restart_seconds": round(restart_seconds, 3),
+        },
+    }
+
+
+def _pct(rate: dict[str, Any]) -> str:
+    if not rate["n"]:
+        return "n/a (0 instances)"
+    lo, hi = rate["ci95"]
+    return f"{rate['k']}/{rate['n']} = {rate['rate']:.1%}  (95% CI {lo:.1%}–{hi:.1%})"
+
+
+def render_text(s: dict[str, Any]) -> str:
+    """The summary as plain text lines (what ``report`` prints without --json)."""
+    o = s["outcomes"]
+    lines = [
+        f"run {s['run_id']}  ({s['state']})  suite {s['suite']}  config {s['config_hash']}",
+        f"instances {s['instances']}: resolved {o['resolved']}, unresolved {o['unresolved']}, "
+        f"empty_patch {o['empty_patch']}, early_stop {o['early_stop']}  |  "
+        f"infra_failed {o['infra_failed']}, pending {o['pending']}"
+        + (f" ({s['awaiting_evaluation']} awaiting evaluation)" if s["awaiting_evaluation"] else ""),
+        f"resolved over all instances:      {_pct(s['resolved_rate_all'])}",
+        f"resolved over model outcomes:     {_pct(s['resolved_rate_model'])}",
+        "attempts: "
+        + ", ".join(f"{k} {v}" for k, v in s["attempts"]["by_status"].items() if v)
+        + f"  (total {s['attempts']['total']}, instances retried {s['attempts']['instances_retried']})",
+    ]
+    if s["attempts"]["infra_reasons"]:
+        lines.append(
+            "infrastructure endings: "
+            + ", ".join(f"{k} {v}" for k, v in s["attempts"]["infra_reasons"].items())
+        )
+    lines.append("stalls: " + ", ".join(f"{k} {v}" for k, v in s["stalls"].items()))
+    srv = s["server"]
+    lines.append(
+        f"server lives {srv['lives']}, restarts {srv['restarts']}"
+        + (f" ({json.dumps(srv['restart_reasons'])})" if srv["restarts"] else "")
+        + f", wedges {srv['wedges']}, crashes {srv['crashes']}"
+    )
+    t = s["infra_time"]
+    lines.append(
+        f"time lost to infrastructure: {t['attempt_seconds']:.1f} s in failed attempts, "
+        f"{t['restart_seconds']:.1f} s restarting"
+    )
+    if s["wall_seconds"] is not None:
+        lines.append(f"wall clock: {s['wall_seconds']:.1f} s")
+    return "\n".join(lines)
+
+
+def render_table(s: dict[str, Any]) -> Any:
+    """The summary as a rich Table (the end of ``run`` and ``report``)."""
+    from rich.table import Table
+
+    o = s["outcomes"]
+    t = Table(title=f"run {s['run_id']} ({s['state']})", show_header=True, header_style="bold")
+    t.add_column("")
+    t.add_column("count", justify="right")
+    t.add_column("note")
+    n = s["instances"]
+    t.add_row("instances", str(n), f"suite {s['suite']}")
+    for key in MODEL_OUTCOMES:
+        t.add_row(key, str(o[key]), "model outcome")
+    t.add_row("infra_failed", str(o["infra_failed"]), "every attempt failed on our or the server's side")
+    pend = "not final yet" + (
+        f"; {s['awaiting_evaluation']} awaiting evaluation" if s["awaiting_evaluation"] else ""
+    )
+    t.add_row("pending", str(o["pending"]), pend)
+    t.add_section()
+    t.add_row("resolved / all", _pct(s["resolved_rate_all"]), "")
+    t.add_row("resolved / model outcomes", _pct(s["resolved_rate_model"]), "")
+    t.add_section()
+    by = s["attempts"]["by_status"]
+    t.add_row("attempts", str(s["attempts"]["total"]), ", ".join(f"{k} {v}" for k, v in by.items() if v))
+    if s["attempts"]["infra_reasons"]:
+        t.add_row("", "", ", ".join(f"{k} {v}" for k, v in s["attempts"]["infra_reasons"].items()))
+    t.add_row(
+        "stalls", str(sum(s["stalls"].values())), ", ".join(f"{k} {v}" for k, v in s["stalls"].items() if v)
+    )
+    srv = s["server"]
+    t.add_row(
+        "server lives",
+        str(srv["lives"]),
+        f"{srv['restarts']} restarts {srv['restart_reasons'] or ''}, {srv['wedges']} wedges, {srv['crashes']} crashes",
+    )
+    ti = s["infra_time"]
+    t.add_row(
+        "time lost to infrastructure",
+        f"{ti['attempt_seconds'] + ti['restart_seconds']:.1f}s",
+        f"{ti['attempt_seconds']:.1f}s in failed attempts, {ti['restart_seconds']:.1f}s restarting",
+    )
+    if s["wall_seconds"] is not None:
+        t.add_row("wall clock", f"{s['wall_seconds']:.1f}s", "")
+    return t
