@@ -1,0 +1,35 @@
+"""Agents: one protocol (``protocols.Agent``), a string registry, lazy imports.
+
+``get_agent("bash", cfg)`` builds the built-in agent; ``command`` drives any external command and
+``mini-swe-agent`` the real mini-swe-agent package. Modules are imported only when their agent is
+asked for, so the optional dependencies of one agent never slow down or break another.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from wedgewatch.config import AgentConfig
+from wedgewatch.errors import BadInput
+from wedgewatch.protocols import Agent
+
+# name -> "module:attribute"; the attribute is a class taking (cfg: AgentConfig).
+REGISTRY: dict[str, str] = {
+    "bash": "wedgewatch.agents.bash:BashAgent",
+    "command": "wedgewatch.agents.command:CommandAgent",
+    "mini-swe-agent": "wedgewatch.agents.miniswe:MiniSweAgent",
+}
+
+
+def get_agent(name: str, cfg: AgentConfig | None = None) -> Agent:
+    """Instantiate the agent registered as ``name`` with ``cfg`` (defaults when None)."""
+    target = REGISTRY.get(name)
+    if target is None:
+        raise BadInput(f"agent.name: unknown agent {name!r} (known: {', '.join(sorted(REGISTRY))})")
+    module, _, attr = target.partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    agent: Agent = cls(cfg or AgentConfig())
+    return agent
+
+
+__all__ = ["REGISTRY", "get_agent"]
