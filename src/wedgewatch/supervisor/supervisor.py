@@ -233,6 +233,10 @@ class Supervisor:
         await asyncio.shield(task)
 
     async def _finish(self, life: Life, reason: str, kill: bool) -> None:
+        session = self.starter.session
+        if life.ready and session is not None and life.proc.poll() is None:
+            # One last scrape, so the recorded age in tokens is the age at the end.
+            await scrape_into(life, session, self.series, self.rec, self.clock, self._headers, 1.0)
         code = await asyncio.to_thread(life.proc.stop, self.cfg.stop_grace) if kill else life.proc.poll()
         if not life.owned and code == UNKNOWN_EXIT:
             code = None
@@ -373,8 +377,8 @@ class Supervisor:
             life.proxy_tokens += int(tokens)
         if ev.kind != "request_ok" and not life.wedged and life.probe_task is None and not self._stopping:
             trigger = {
-                "kind": ev.kind,
                 **{k: v for k, v in ev.detail.items() if isinstance(v, str | int | float)},
+                "event": ev.kind,
             }
             life.probe_task = self._bg.spawn(self._probe(life, trigger))
 

@@ -1,0 +1,441 @@
+"""The supervisor against the simulator as its managed server: real subprocesses, real sockets,
+real SQLite. Short windows and the simulator's --time-scale keep each test to a few seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from conftest import RunningServer
+from wedgewatch.config import ServerConfig, WarmupConfig
+from wedgewatch.errors import PortBusyError, ServerStartError
+from wedgewatch.events import Event, EventBus
+from wedgewatch.ledger import Ledger
+from wedgewatch.supervisor import Supervisor
+from wedgewatch.supervisor.process import group_alive
+
+WINDOW = 1.5
+INTERVAL = 0.25
+# Scrapes and sleeps run late on a loaded 2-core machine; this much slack on top of the bound.
+SLACK = 0.75
+
+
+def config(tmp_path: Path, scenario: str | None = None, **fields: Any) -> ServerConfig:
+    name = "healthy"
+    if scenario is not None:
+        path = tmp_path / "scenario.toml"
+        path.write_text(scenario)
+        name = str(path)
+    base: dict[str, Any] = {
+        "profile": "sim",
+        "scenario": name,
+        "time_scale": 20.0,
+        "log_dir": str(tmp_path / "logs"),
+        "scrape_interval": INTERVAL,
+        "wedge_window": WINDOW,
+        "canary_timeout": 2.0,
+        "startup_timeout": 20.0,
+        "stop_grace": 3.0,
+        "restart_backoff": 0.1,
+        "max_restarts": 3,
+        "warmup": WarmupConfig(timeout=10.0),
+    }
+    base.update(fields)
+    return ServerConfig(**base)
+
+
+class Recorded:
+    """Every event the supervisor publishes, with the monotonic time it arrived."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self.events: list[tuple[float, Event]] = []
+        bus.subscribe(lambda ev: self.events.append((time.monotonic(), ev)))
+
+    def kinds(self) -> list[str]:
+        return [e.kind for _, e in self.events]
+
+    async def wait_for(self, kind: str, timeout: float, **detail: Any) -> tuple[float, Event]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for t, ev in self.events:
+                if ev.kind == kind and all(ev.detail.get(k) == v for k, v in detail.items()):
+                    return t, ev
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"no {kind} {detail} within {timeout}s; got {self.kinds()}")
+
+
+def rows(ledger: Ledger, sql: str, *params: Any) -> list[dict[str, Any]]:
+    return [dict(r) for r in ledger.query(sql, params)]
+
+
+async def stream(url: str, text: str, max_tokens: int = 200, timeout: float = 30.0) -> list[float]:
+    """A streamed chat request; returns the monotonic times its content tokens arrived."""
+    times: list[float] = []
+    body = {
+        "model": "sim-model",
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "stream": True,
+    }
+    try:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(
+                url + "/v1/chat/completions", json=body, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as r,
+        ):
+            async for line in r.content:
+                if line.startswith(b"data: {") and b'"content":"' in line and b'"content":""' not in line:
+                    times.append(time.monotonic())
+    except (aiohttp.ClientError, TimeoutError):
+        pass  # the server was killed under the request: expected in these tests
+    return times
+
+
+async def start(cfg: ServerConfig, ledger: Ledger) -> tuple[Supervisor, Recorded]:
+    bus = EventBus()
+    rec = Recorded(bus)
+    sup = Supervisor(cfg, ledger=ledger, bus=bus, run_id="run-t")
+    await sup.start()
+    return sup, rec
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    return Ledger(tmp_path / "ledger.sqlite")
+
+
+async def test_fresh_start_is_ready_warmed_and_recorded(tmp_path: Path, ledger: Ledger) -> None:
+    sup, rec = await start(config(tmp_path), ledger)
+    try:
+        async with aiohttp.ClientSession() as s, s.get(sup.base_url + "/sim/stats") as r:
+            stats = await r.json()
+        # the readiness canary (1 token) and two warm-ups of 40 tokens, nothing else
+        assert stats["completed"] == 3 and stats["tokens_generated"] == 1 + 2 * 40
+        life = sup.life()
+        assert life is not None and life.life_id == sup.life_id and life.age_requests == 3
+        pid = rows(ledger, "SELECT pid FROM server_lives")[0]["pid"]
+        await asyncio.sleep(3 * INTERVAL)
+    finally:
+        await sup.stop()
+    assert not group_alive(pid), "no process of the group is left"
+    (row,) = rows(ledger, "SELECT * FROM server_life_view")
+    assert row["start_reason"] == "run_start" and row["run_id"] == "run-t" and row["profile"] == "sim"
+    argv = json.loads(row["argv_json"])
+    assert argv[argv.index("--scenario") + 1] == "healthy" and "--port" in argv
+    warmups = json.loads(row["warmup_json"])
+    assert len(warmups) == 2 and all(w["ok"] and w["tokens"] == 40 for w in warmups)
+    assert row["end_reason"] == "stop" and row["age_requests"] == 3 and row["age_tokens"] == 81
+    assert rec.kinds()[:2] == ["server_starting", "server_ready"]
+    names = {r["name"] for r in rows(ledger, "SELECT DISTINCT name FROM metric_samples")}
+    assert {"vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:num_requests_running"} <= names
+
+
+WEDGE = """
+[[fault]]
+when.contains = "WEDGE"
+times = 1
+action = "wedge"
+after_tokens = 2
+"""
+
+
+async def test_scripted_wedge_is_seen_from_metrics_and_restarted(tmp_path: Path, ledger: Ledger) -> None:
+    sup, rec = await start(config(tmp_path, WEDGE), ledger)
+    try:
+        first = sup.life_id
+        client = asyncio.create_task(stream(sup.base_url, "please WEDGE now"))
+        t_wedge, ev = await rec.wait_for("wedge", timeout=WINDOW + 10)
+        _, ready = await _next_ready(rec, first)
+        seen = await client
+        assert len(seen) == 2, "the fault let two tokens through, then nothing"
+        latency = t_wedge - seen[-1]
+        assert latency + 0.05 >= WINDOW, "never before the window"
+        assert latency <= WINDOW + 2 * INTERVAL + SLACK
+        assert ev.detail["source"] == "metrics" and ev.detail["running"] >= 1
+        assert ready.detail["life_id"] != first and sup.life_id == ready.detail["life_id"]
+    finally:
+        await sup.stop()
+    lives = rows(ledger, "SELECT * FROM server_life_view ORDER BY started_at")
+    assert [x["start_reason"] for x in lives] == ["run_start", "wedge"]
+    assert [x["end_reason"] for x in lives] == ["wedge", "stop"]
+    assert lives[0]["age_tokens"] == 81 + 2
+    (wedge,) = rows(ledger, "SELECT * FROM events WHERE kind = 'wedge'")
+    detail = json.loads(wedge["detail_json"])
+    assert wedge["life_id"] == first and detail["flat_seconds"] >= WINDOW
+    flat = [s for s in detail["samples"] if s[2] >= 1]
+    assert len({s[1] for s in flat}) == 1, "the evidence shows flat counters with work running"
+    kinds = [r["kind"] for r in rows(ledger, "SELECT kind FROM events ORDER BY id")]
+    assert kinds.index("wedge") < kinds.index("restart")
+    assert rec.kinds().index("restart") < len(rec.kinds()) - 1
+
+
+async def _next_ready(rec: Recorded, old: str | None, timeout: float = 20) -> tuple[float, Event]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for t, ev in rec.events:
+            if ev.kind == "server_ready" and ev.detail["life_id"] != old:
+                return t, ev
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no new life within {timeout}s: {rec.kinds()}")
+
+
+async def test_health_200_through_a_wedge_does_not_fool_it(tmp_path: Path, ledger: Ledger) -> None:
+    sup, rec = await start(config(tmp_path, WEDGE, restart_on_wedge=False), ledger)
+    try:
+        client = asyncio.create_task(stream(sup.base_url, "WEDGE", timeout=WINDOW + 8))
+        await rec.wait_for("wedge", timeout=WINDOW + 10)
+        async with aiohttp.ClientSession() as s:
+            async with s.get(sup.base_url + "/health") as r:
+                assert r.status == 200, "the wedged server still says it is healthy"
+            async with s.get(sup.base_url + "/sim/stats") as r:
+                assert (await r.json())["wedged"] is True
+        assert "restart" not in rec.kinds() and sup.life_id is not None
+        client.cancel()
+    finally:
+        await sup.stop()
+
+
+STOCHASTIC = """
+[wedge]
+base_hazard = 50.0    # a request of a warm server wedges it almost surely (1 - e^-50)
+cold_requests = 3     # ... but the canary and the two warm-ups never do
+cold_multiplier = 0.0
+"""
+
+
+async def test_stochastic_wedge_is_detected_and_restarted(tmp_path: Path, ledger: Ledger) -> None:
+    sup, rec = await start(config(tmp_path, STOCHASTIC), ledger)
+    try:
+        first = sup.life_id
+        client = asyncio.create_task(stream(sup.base_url, "hello", max_tokens=400))
+        t_wedge, ev = await rec.wait_for("wedge", timeout=WINDOW + 12)
+        await _next_ready(rec, first)
+        seen = await client
+        assert seen, "the request got some tokens before the wedge"
+        assert t_wedge - seen[-1] <= WINDOW + 2 * INTERVAL + SLACK
+    finally:
+        await sup.stop()
+    lives = rows(ledger, "SELECT start_reason, end_reason FROM server_life_view ORDER BY started_at")
+    assert lives == [
+        {"start_reason": "run_start", "end_reason": "wedge"},
+        {"start_reason": "wedge", "end_reason": "stop"},
+    ]
+
+
+CRASH = """
+[[fault]]
+when.contains = "CRASH"
+action = "crash"
+exit_code = 3
+after_tokens = 1
+"""
+
+
+async def test_crash_is_detected_and_restarted(tmp_path: Path, ledger: Ledger) -> None:
+    sup, rec = await start(config(tmp_path, CRASH), ledger)
+    try:
+        first = sup.life_id
+        await stream(sup.base_url, "CRASH please")
+        _, crash = await rec.wait_for("crash", timeout=5)
+        assert crash.detail["exit_code"] == 3 and crash.detail["life_id"] == first
+        await _next_ready(rec, first)
+    finally:
+        await sup.stop()
+    lives = rows(
+        ledger, "SELECT start_reason, end_reason, exit_code FROM server_life_view ORDER BY started_at"
+    )
+    assert lives[0] == {"start_reason": "run_start", "end_reason": "crash", "exit_code": 3}
+    assert lives[1]["start_reason"] == "crash" and lives[1]["end_reason"] == "stop"
+    assert rows(ledger, "SELECT count(*) n FROM events WHERE kind = 'crash'")[0]["n"] == 1
+
+
+async def test_exit_during_startup_gives_up_after_bounded_retries(tmp_path: Path, ledger: Ledger) -> None:
+    cfg = config(tmp_path, "[startup]\nexit_code = 3\n", max_restarts=1)
+    t0 = time.monotonic()
+    with pytest.raises(ServerStartError) as err:
+        await start(cfg, ledger)
+    assert time.monotonic() - t0 < 15
+    msg = str(err.value)
+    assert "gave up after 1 restarts" in msg and "exited with code 3 during start-up" in msg
+    assert "last lines of" in msg
+    lives = rows(
+        ledger, "SELECT start_reason, end_reason, exit_code FROM server_life_view ORDER BY started_at"
+    )
+    assert lives == [
+        {"start_reason": "run_start", "end_reason": "start_failed", "exit_code": 3},
+        {"start_reason": "start_failed", "end_reason": "start_failed", "exit_code": 3},
+    ]
+
+
+async def test_never_ready_hits_the_hard_deadline(tmp_path: Path, ledger: Ledger) -> None:
+    cfg = config(tmp_path, "[startup]\nunready_seconds = 600\n", startup_timeout=1.5, max_restarts=0)
+    t0 = time.monotonic()
+    with pytest.raises(ServerStartError, match=r"not ready after 1.5s \(waiting for /health to answer 200\)"):
+        await start(cfg, ledger)
+    assert time.monotonic() - t0 < 1.5 + 8
+    (life,) = rows(ledger, "SELECT pid, end_reason FROM server_life_view")
+    assert life["end_reason"] == "start_failed" and not group_alive(life["pid"])
+
+
+async def test_busy_port_is_a_clear_error_not_a_hang(tmp_path: Path, ledger: Ledger) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        t0 = time.monotonic()
+        with pytest.raises(PortBusyError, match=f"port {port} on 127.0.0.1 is already in use"):
+            await start(config(tmp_path, port=port), ledger)
+        assert time.monotonic() - t0 < 2
+    assert rows(ledger, "SELECT * FROM server_lives") == []
+
+
+async def test_bind_failure_in_the_log_is_a_port_error(tmp_path: Path, ledger: Ledger) -> None:
+    # A server that only finds out at bind time (someone took the port after our check).
+    script = "import sys; print('OSError: [Errno 98] Address already in use', file=sys.stderr); sys.exit(1)"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = config(tmp_path, profile="command", command=[sys.executable, "-c", script], port=port)
+    with pytest.raises(PortBusyError, match="could not bind"):
+        await start(cfg, ledger)
+    (life,) = rows(ledger, "SELECT end_reason FROM server_life_view")
+    assert life["end_reason"] == "port_busy"
+
+
+async def test_a_server_ignoring_sigterm_is_killed(tmp_path: Path, ledger: Ledger) -> None:
+    sup, _ = await start(config(tmp_path, "[startup]\nignore_sigterm = true\n", stop_grace=0.5), ledger)
+    pid = rows(ledger, "SELECT pid FROM server_lives")[0]["pid"]
+    t0 = time.monotonic()
+    await sup.stop()
+    assert time.monotonic() - t0 >= 0.5, "it waited the grace period first"
+    assert not group_alive(pid)
+    (life,) = rows(ledger, "SELECT end_reason, exit_code FROM server_life_view")
+    assert life == {"end_reason": "stop", "exit_code": -9}
+
+
+async def test_consecutive_api_errors_restart_the_server(tmp_path: Path, ledger: Ledger) -> None:
+    sup, rec = await start(config(tmp_path), ledger)
+    try:
+        first = sup.life_id
+        sup.note_attempt(True)
+        sup.note_attempt(True, life_id="life-long-gone")  # an attempt of an earlier life: ignored
+        await asyncio.sleep(0.2)
+        assert "restart" not in rec.kinds()
+        sup.note_attempt(True)
+        _, restart = await rec.wait_for("restart", timeout=5)
+        assert restart.detail == {"reason": "api_errors", "life_id": first}
+        await _next_ready(rec, first)
+    finally:
+        await sup.stop()
+    reasons = [
+        r["start_reason"] for r in rows(ledger, "SELECT start_reason FROM server_lives ORDER BY started_at")
+    ]
+    assert reasons == ["run_start", "api_errors"]
+
+
+async def test_recycling_every_n_instances_is_not_a_failure(tmp_path: Path, ledger: Ledger) -> None:
+    sup, rec = await start(config(tmp_path, recycle_every_instances=2, max_restarts=0), ledger)
+    try:
+        first = sup.life_id
+        sup.note_instance_done()
+        await asyncio.sleep(0.2)
+        assert "restart" not in rec.kinds()
+        sup.note_instance_done()
+        await _next_ready(rec, first)
+        await sup.wait_ready()  # max_restarts = 0, yet no give-up: recycling is planned
+    finally:
+        await sup.stop()
+    assert rows(ledger, "SELECT end_reason FROM server_life_ends ORDER BY ended_at")[0] == {
+        "end_reason": "recycle_instances"
+    }
+
+
+async def test_proxy_stall_triggers_a_canary_and_a_failed_canary_is_a_wedge(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    # wedge_window far beyond the test: only the canary can find this wedge
+    sup, rec = await start(config(tmp_path, WEDGE, wedge_window=120, canary_timeout=1.0), ledger)
+    proxy_bus = EventBus()
+    sup.attach(proxy_bus)
+    try:
+        first = sup.life_id
+        proxy_bus.publish(Event("stall", {"life_id": first, "outcome": "stall_midstream"}))
+        await asyncio.sleep(1.0)
+        canaries = rows(ledger, "SELECT detail_json FROM events WHERE kind = 'canary'")
+        assert len(canaries) == 1 and json.loads(canaries[0]["detail_json"])["ok"] is True
+        assert "wedge" not in rec.kinds(), "a healthy server passes its canary"
+
+        client = asyncio.create_task(stream(sup.base_url, "WEDGE"))
+        await asyncio.sleep(0.5)
+        proxy_bus.publish(Event("stall", {"life_id": first, "outcome": "stall_midstream"}))
+        _, wedge = await rec.wait_for("wedge", timeout=5)
+        assert wedge.detail["source"] == "canary" and wedge.detail["canary"]["ok"] is False
+        assert wedge.detail["trigger"]["event"] == "stall"
+        await _next_ready(rec, first)
+        await client
+    finally:
+        await sup.stop()
+    lives = rows(ledger, "SELECT start_reason FROM server_lives ORDER BY started_at")
+    assert [x["start_reason"] for x in lives] == ["run_start", "wedge"]
+
+
+HOLD = """
+[[fault]]
+when.contains = "HOLD"
+action = "stall_ttft"
+"""
+
+
+async def test_no_canary_when_the_server_is_at_its_concurrency_limit(tmp_path: Path, ledger: Ledger) -> None:
+    cfg = config(tmp_path, HOLD, args=["--max-num-seqs", "1"], wedge_window=120, canary_timeout=1.0)
+    sup, rec = await start(cfg, ledger)
+    proxy_bus = EventBus()
+    sup.attach(proxy_bus)
+    try:
+        client = asyncio.create_task(stream(sup.base_url, "HOLD", timeout=30))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            n = rows(
+                ledger,
+                "SELECT value FROM metric_samples WHERE name = 'vllm:num_requests_running' ORDER BY id DESC LIMIT 1",
+            )
+            if n and n[0]["value"] >= 1:
+                break
+            await asyncio.sleep(0.05)
+        proxy_bus.publish(Event("stall", {"life_id": sup.life_id, "outcome": "stall_ttft"}))
+        await asyncio.sleep(0.5)
+        (canary,) = rows(ledger, "SELECT detail_json FROM events WHERE kind = 'canary'")
+        detail = json.loads(canary["detail_json"])
+        assert detail["skipped"] == "at concurrency limit" and detail["limit"] == 1 and detail["running"] == 1
+        assert "wedge" not in rec.kinds()
+        client.cancel()
+    finally:
+        await sup.stop()
+
+
+async def test_fresh_false_adopts_the_running_server_and_leaves_it(
+    tmp_path: Path, ledger: Ledger, start_sim: Callable[..., RunningServer]
+) -> None:
+    used = start_sim("--time-scale", "20")
+    port = int(used.url.rsplit(":", 1)[1])
+    sup, _ = await start(config(tmp_path, fresh=False, port=port), ledger)
+    try:
+        assert sup.base_url == used.url
+    finally:
+        await sup.stop()
+    (life,) = rows(ledger, "SELECT * FROM server_life_view")
+    assert life["start_reason"] == "adopted" and life["end_reason"] == "detached"
+    assert life["pid"] == used.proc.pid and "sim" in json.loads(life["argv_json"])
+    assert used.proc.poll() is None, "a server we did not start is left running"
+    assert os.getpgid(used.proc.pid) == used.proc.pid
