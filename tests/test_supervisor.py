@@ -219,7 +219,7 @@ async def test_stochastic_wedge_is_detected_and_restarted(tmp_path: Path, ledger
     try:
         first = sup.life_id
         client = asyncio.create_task(stream(sup.base_url, "hello", max_tokens=400))
-        t_wedge, ev = await rec.wait_for("wedge", timeout=WINDOW + 12)
+        t_wedge, _ = await rec.wait_for("wedge", timeout=WINDOW + 12)
         await _next_ready(rec, first)
         seen = await client
         assert seen, "the request got some tokens before the wedge"
