@@ -44,4 +44,4 @@ def report_cmd(
         return
     from rich.console import Console
 
-    Console().print(render_table(s))
+    Console(width=max(Console().width, 110)).print(render_table(s))

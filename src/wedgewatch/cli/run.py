@@ -98,7 +98,7 @@ def _print_summary(ledger_path: str, run_id: str, as_json: bool) -> None:
         return
     from rich.console import Console
 
-    Console().print(render_table(s))
+    Console(width=max(Console().width, 110)).print(render_table(s))
     typer.echo(
         f"ledger: {ledger_path}   export: wedgewatch export {run_id} --ledger {ledger_path} --format results"
     )

@@ -180,8 +180,18 @@ def render_table(s: dict[str, Any]) -> Any:
     )
     t.add_row("pending", str(o["pending"]), pend)
     t.add_section()
-    t.add_row("resolved / all", _pct(s["resolved_rate_all"]), "")
-    t.add_row("resolved / model outcomes", _pct(s["resolved_rate_model"]), "")
+    for label, key, note in (
+        ("resolved / all", "resolved_rate_all", "every instance of the suite"),
+        ("resolved / model outcomes", "resolved_rate_model", "infra_failed and pending left out"),
+    ):
+        rate = s[key]
+        if rate["n"]:
+            lo, hi = rate["ci95"]
+            t.add_row(
+                label, f"{rate['k']}/{rate['n']} = {rate['rate']:.1%}", f"95% CI {lo:.1%}–{hi:.1%}; {note}"
+            )
+        else:
+            t.add_row(label, "n/a", note)
     t.add_section()
     by = s["attempts"]["by_status"]
     t.add_row("attempts", str(s["attempts"]["total"]), ", ".join(f"{k} {v}" for k, v in by.items() if v))
@@ -194,7 +204,9 @@ def render_table(s: dict[str, Any]) -> Any:
     t.add_row(
         "server lives",
         str(srv["lives"]),
-        f"{srv['restarts']} restarts {srv['restart_reasons'] or ''}, {srv['wedges']} wedges, {srv['crashes']} crashes",
+        f"{srv['restarts']} restarts"
+        + (f" {json.dumps(srv['restart_reasons'])}" if srv["restarts"] else "")
+        + f", {srv['wedges']} wedges, {srv['crashes']} crashes",
     )
     ti = s["infra_time"]
     t.add_row(
