@@ -78,7 +78,9 @@ def sim(
     ] = 1.0,
     max_num_seqs: Annotated[
         int | None,
-        typer.Option(help="Concurrent generations; the rest wait. Default: the scenario's, else 8."),
+        typer.Option(
+            help="Concurrent generations; the rest wait. Default: the scenario's, else 256 (vLLM's default)."
+        ),
     ] = None,
     model: Annotated[
         str, typer.Option(help="The base model's name (vLLM's positional MODEL works too).")

@@ -163,7 +163,7 @@ class Engine:
         self.scenario = scenario
         self.policy = policy
         self.served_names = opts.served_model_names or [opts.model]
-        self.max_num_seqs = opts.max_num_seqs or scenario.server.max_num_seqs or 8
+        self.max_num_seqs = opts.max_num_seqs or scenario.server.max_num_seqs or 256
         self.scale = opts.time_scale
         self.token_rate = scenario.server.tokens_per_s * self.scale
         self.prefill_rate = scenario.server.prefill_tokens_per_s * self.scale

@@ -39,7 +39,7 @@ class Fault(_Strict):
     after_tokens: int = Field(0, ge=0)
     """stall_after, drop, crash, wedge: tokens sent before the fault strikes."""
     rate: float = Field(0.5, gt=0)
-    """trickle: tokens per second (divided by nothing: multiplied by --time-scale)."""
+    """trickle: tokens per second (multiplied by --time-scale, as every duration is divided)."""
     status: int = Field(503, ge=400, le=599)
     """http_error: the status answered."""
     exit_code: int = Field(1, ge=0, le=255)
@@ -61,7 +61,7 @@ class Server(_Strict):
     prefill_tokens_per_s: float = Field(4000.0, gt=0)
     """Prefill rate: an 8,000-token prompt waits 2 s for its first token."""
     max_num_seqs: int | None = Field(None, ge=1)
-    """Concurrent generations; --max-num-seqs overrides it (default 8)."""
+    """Concurrent generations; --max-num-seqs overrides it (default 256, as vLLM's)."""
     kv_cache_tokens: int = Field(262144, ge=1)
     """KV-cache capacity in tokens, for vllm:kv_cache_usage_perc."""
 
