@@ -76,3 +76,35 @@ def start_sim(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
     yield _start
     for s in started:
         s.stop()
+
+
+@pytest.fixture
+def start_proxy() -> Iterator[Callable[..., str]]:
+    """Factory: ``start_proxy(upstream_url, ledger=None, **watchdog_fields)`` runs the real
+    watchdog proxy (``wedgewatch.proxy.Proxy``) in its own event-loop thread, for tests whose code
+    under test is synchronous (agents). Returns the proxy's root URL (no ``/v1``)."""
+    import asyncio
+    import threading
+
+    from wedgewatch.config import WatchdogConfig
+    from wedgewatch.proxy import Proxy
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="test-proxy", daemon=True)
+    thread.start()
+    proxies: list[Proxy] = []
+
+    def _start(upstream: str, ledger: object = None, **watchdog: float) -> str:
+        async def make() -> str:
+            proxy = Proxy(upstream, WatchdogConfig(**watchdog), ledger=ledger)  # type: ignore[arg-type]
+            proxies.append(proxy)
+            return await proxy.start()
+
+        return asyncio.run_coroutine_threadsafe(make(), loop).result(timeout=30)
+
+    yield _start
+    for proxy in proxies:
+        asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result(timeout=30)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+    loop.close()
