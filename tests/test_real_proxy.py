@@ -1,0 +1,137 @@
+"""The watchdog proxy in front of the real llama.cpp server and the real bundled Gemma 3 270M.
+
+The proxy must be invisible on healthy traffic (its assembled non-streaming answer is the
+server's own), pass a client's disconnect on to the server, and end a request whose server froze
+(SIGSTOP: a real process that simply stops) as `stall_midstream` within its window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from conftest import RunningServer, launch
+from wedgewatch import promtext
+from wedgewatch.config import WatchdogConfig
+from wedgewatch.launchers.llamacpp import launch_argv
+from wedgewatch.proxy import Proxy
+from wedgewatch.sse import SSEParser
+
+pytestmark = pytest.mark.xdist_group("llamacpp")
+
+ALIAS = "gemma-proxy"
+HELLO = [{"role": "user", "content": "Write hello world."}]
+STALL = 3.0
+WATCHDOG = WatchdogConfig(ttft_timeout=60, stall_timeout=STALL, min_rate=0, total_timeout=120)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    argv = launch_argv(ctx_size=2048, parallel=2, threads=1, alias=ALIAS)
+    server = launch(argv, tmp_path_factory.mktemp("llama-proxy") / "llama.log", timeout=60)
+    yield server
+    os.kill(server.proc.pid, signal.SIGCONT)  # in case a test left it stopped
+    server.stop()
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> promtext.Samples:
+    async with session.get(url + "/metrics") as resp:
+        return promtext.parse(await resp.text())
+
+
+async def test_assembled_answer_equals_the_servers_own(llama: RunningServer, tmp_path: Path) -> None:
+    direct = openai.AsyncOpenAI(base_url=llama.v1, api_key="x", max_retries=0, timeout=60)
+    own = await direct.chat.completions.create(model=ALIAS, messages=HELLO, max_tokens=32, temperature=0)
+    async with Proxy(llama.url, WATCHDOG, records_path=tmp_path / "req.jsonl") as proxy:
+        via = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        got = await via.chat.completions.create(model=ALIAS, messages=HELLO, max_tokens=32, temperature=0)
+    assert got.choices[0].message.content == own.choices[0].message.content
+    assert got.choices[0].message.content
+    assert got.choices[0].finish_reason == own.choices[0].finish_reason == "length"
+    assert got.usage is not None and own.usage is not None
+    assert (got.usage.prompt_tokens, got.usage.completion_tokens, got.usage.total_tokens) == (
+        own.usage.prompt_tokens,
+        own.usage.completion_tokens,
+        own.usage.total_tokens,
+    )
+    [row] = records(tmp_path / "req.jsonl")
+    assert row["outcome"] == "ok" and row["client_stream"] in (0, False)
+    assert row["completion_tokens"] == 32
+
+
+async def test_client_disconnect_through_the_proxy_stops_generation(llama: RunningServer, tmp_path: Path) -> None:
+    body = {"model": ALIAS, "messages": HELLO, "max_tokens": 1500, "temperature": 0, "stream": True}
+    async with (
+        Proxy(llama.url, WATCHDOG, records_path=tmp_path / "req.jsonl") as proxy,
+        aiohttp.ClientSession() as s,
+    ):
+        resp = await s.post(proxy.url + "/v1/chat/completions", json=body)
+        parser, events = SSEParser(), 0
+        async for chunk in resp.content.iter_any():
+            events += sum(e.data is not None for e in parser.feed(chunk))
+            if events >= 10:
+                break
+        assert (await scrape(s, llama.url)).total("llamacpp:requests_processing") == 1
+        resp.close()
+        deadline = time.monotonic() + 5
+        while (await scrape(s, llama.url)).total("llamacpp:requests_processing"):
+            assert time.monotonic() < deadline, "the server still generates 5 s after the disconnect"
+            await asyncio.sleep(0.05)
+        first = await scrape(s, llama.url)
+        await asyncio.sleep(1.0)
+        second = await scrape(s, llama.url)
+        while not (tmp_path / "req.jsonl").exists() or not records(tmp_path / "req.jsonl"):
+            assert time.monotonic() < deadline + 5, "no request row"
+            await asyncio.sleep(0.05)
+    assert second.total("llamacpp:n_decode_total") == first.total("llamacpp:n_decode_total")
+    predicted = second.total("llamacpp:tokens_predicted_total") or 0
+    assert predicted < 1500
+    [row] = records(tmp_path / "req.jsonl")
+    assert row["outcome"] == "client_disconnect"
+
+
+async def test_sigstop_midstream_is_stall_midstream_within_the_window(llama: RunningServer, tmp_path: Path) -> None:
+    pid = llama.proc.pid
+    async with Proxy(llama.url, WATCHDOG, records_path=tmp_path / "req.jsonl") as proxy:
+        client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        stream = await client.chat.completions.create(
+            model=ALIAS, messages=HELLO, max_tokens=1500, temperature=0, stream=True
+        )
+        chunks = 0
+        stopped_at: float | None = None
+        try:
+            with pytest.raises(openai.APIError) as caught:
+                async for _ in stream:
+                    chunks += 1
+                    if chunks == 5:
+                        os.kill(pid, signal.SIGSTOP)
+                        stopped_at = time.monotonic()
+            ended_after = time.monotonic() - (stopped_at or 0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    assert stopped_at is not None
+    body = caught.value.body
+    assert isinstance(body, dict) and body.get("code") == "stall_midstream", body
+    # The window runs from the last token, which came just before the stop.
+    assert STALL - 0.5 <= ended_after <= STALL + 5, ended_after
+    [row] = records(tmp_path / "req.jsonl")
+    assert row["outcome"] == "stall_midstream" and row["tokens_out"] >= 5
+
+    # Resumed, the same server answers again: the freeze was the process, not the model.
+    direct = openai.AsyncOpenAI(base_url=llama.v1, api_key="x", max_retries=0, timeout=60)
+    again = await direct.chat.completions.create(model=ALIAS, messages=HELLO, max_tokens=4, temperature=0)
+    assert again.usage is not None and again.usage.completion_tokens == 4
