@@ -199,3 +199,16 @@ def test_sandboxes_share_no_state_through_home(tmp_path: Path, instance: dict[st
     finally:
         a.close()
         b.close()
+
+
+def test_quick_commands_keep_their_exit_codes(tmp_path: Path, instance: dict[str, str]) -> None:
+    """Regression: killing the group at EOF, before bash had exited, turned exit 0 into -9."""
+    box = LocalSandbox.create(instance, tmp_path)
+    try:
+        codes = [
+            box.run("seq 1 20000" if n % 2 else "nl -ba datekit/cal.py", 10).exit_code for n in range(40)
+        ]
+        assert codes == [0] * 40
+        assert box.run("seq 1 20000; exit 5", 10).exit_code == 5
+    finally:
+        box.close()

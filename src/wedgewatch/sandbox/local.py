@@ -150,8 +150,12 @@ class LocalSandbox:
         except OSError as exc:
             raise SandboxError(f"cannot run a command in {self.path}: {exc}") from exc
         assert proc.stdout is not None
+        deadline = started + timeout
         try:
-            output, timed_out = read_bounded(proc.stdout, started + timeout)
+            output, timed_out = read_bounded(proc.stdout, deadline)
+            # EOF is not the end: bash may still be exiting. Wait for its exit without reaping it,
+            # so its process group id cannot be reused before the leftovers are killed.
+            timed_out = timed_out or not _exited(proc.pid, deadline)
         finally:
             _kill_group(proc.pid)
             proc.stdout.close()
@@ -196,6 +200,21 @@ class LocalSandbox:
         if self.keep and not force:
             return
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _exited(pid: int, deadline: float) -> bool:
+    """Wait until ``pid`` has exited (a zombie, not reaped) or the deadline passes."""
+    pause = 0.001
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
 
 
 def _kill_group(pgid: int) -> None:
