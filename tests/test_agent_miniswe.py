@@ -145,3 +145,13 @@ def test_a_server_error_is_upstream_http_error_without_retries(start_sim: StartS
     with urllib.request.urlopen(sim.url + "/sim/stats", timeout=10) as answer:
         stats = json.load(answer)
     assert stats["received"] == 1 and stats["http_errors"] == 1, stats
+
+
+def test_the_servers_context_limit_is_early_stop_context_window(start_sim: StartSim, tmp_path: Path) -> None:
+    # prompt + max_tokens over --max-model-len gets vLLM's 400, which litellm calls a context
+    # window error: the model's own limit, not the infrastructure's.
+    sim = start_sim(*FAST, "--max-model-len", "4096")
+    result, traj = run_mini(sim.v1, tmp_path, "att-ctx", AgentConfig(max_tokens=4000))
+    assert (result.status, result.reason) == ("early_stop", "context_window")
+    assert result.extra["exit_status"] == "ContextWindowExceededError"
+    assert traj["info"]["wedgewatch"] == {"status": "early_stop", "reason": "context_window"}
