@@ -73,7 +73,9 @@ async def test_assembled_answer_equals_the_servers_own(llama: RunningServer, tmp
     assert row["completion_tokens"] == 32
 
 
-async def test_client_disconnect_through_the_proxy_stops_generation(llama: RunningServer, tmp_path: Path) -> None:
+async def test_client_disconnect_through_the_proxy_stops_generation(
+    llama: RunningServer, tmp_path: Path
+) -> None:
     body = {"model": ALIAS, "messages": HELLO, "max_tokens": 1500, "temperature": 0, "stream": True}
     async with (
         Proxy(llama.url, WATCHDOG, records_path=tmp_path / "req.jsonl") as proxy,
@@ -104,7 +106,9 @@ async def test_client_disconnect_through_the_proxy_stops_generation(llama: Runni
     assert row["outcome"] == "client_disconnect"
 
 
-async def test_sigstop_midstream_is_stall_midstream_within_the_window(llama: RunningServer, tmp_path: Path) -> None:
+async def test_sigstop_midstream_is_stall_midstream_within_the_window(
+    llama: RunningServer, tmp_path: Path
+) -> None:
     pid = llama.proc.pid
     async with Proxy(llama.url, WATCHDOG, records_path=tmp_path / "req.jsonl") as proxy:
         client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="x", max_retries=0, timeout=60)
@@ -129,7 +133,9 @@ async def test_sigstop_midstream_is_stall_midstream_within_the_window(llama: Run
     # The window runs from the last token, which came just before the stop.
     assert STALL - 0.5 <= ended_after <= STALL + 5, ended_after
     [row] = records(tmp_path / "req.jsonl")
-    assert row["outcome"] == "stall_midstream" and row["tokens_out"] >= 5
+    assert (
+        row["outcome"] == "stall_midstream" and row["tokens_out"] >= 4
+    )  # the first chunk carries the role, not a token
 
     # Resumed, the same server answers again: the freeze was the process, not the model.
     direct = openai.AsyncOpenAI(base_url=llama.v1, api_key="x", max_retries=0, timeout=60)
