@@ -184,7 +184,7 @@ async def execute(
         cfg=eff,
         ledger=ledger,
         run_id=run_id,
-        workdir=Path(eff.run.workdir) / run_id,
+        workdir=Path(eff.run.workdir).resolve() / run_id,
         proxy_url="",
         server=sup,
         make_sandbox=make_sandbox or default_sandbox_factory(eff),
