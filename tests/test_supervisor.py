@@ -439,3 +439,46 @@ async def test_fresh_false_adopts_the_running_server_and_leaves_it(
     assert life["pid"] == used.proc.pid and "sim" in json.loads(life["argv_json"])
     assert used.proc.poll() is None, "a server we did not start is left running"
     assert os.getpgid(used.proc.pid) == used.proc.pid
+
+
+async def test_external_server_is_watched_and_restarted_only_by_its_hook(
+    tmp_path: Path, ledger: Ledger, start_sim: Callable[..., RunningServer]
+) -> None:
+    (tmp_path / "wedge.toml").write_text(WEDGE)
+    ext = start_sim("--time-scale", "20", "--scenario", str(tmp_path / "wedge.toml"))
+    marker = tmp_path / "hook-ran"
+    hook = [sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')"]
+    # no hook: a wedge is recorded, the restart is skipped, the server is left alone
+    sup, rec = await start(config(tmp_path, profile="external", url=ext.url), ledger)
+    try:
+        assert sup.base_url == ext.url
+        client = asyncio.create_task(stream(ext.url, "WEDGE", timeout=WINDOW + 6))
+        await rec.wait_for("wedge", timeout=WINDOW + 10)
+        await asyncio.sleep(0.3)
+        assert "restart" not in rec.kinds()
+        client.cancel()
+    finally:
+        await sup.stop()
+    assert ext.proc.poll() is None, "never stopped: it is not ours"
+    skipped = rows(ledger, "SELECT life_id FROM events WHERE kind = 'restart_skipped'")
+    assert len(skipped) == 1
+    # with a hook: a restart runs it, then waits for readiness again
+    ext = start_sim("--time-scale", "20")  # a healthy one: the first stays wedged
+    ledger2 = Ledger(tmp_path / "l2.sqlite")
+    cfg = config(tmp_path, profile="external", url=ext.url, restart_hook=hook, fresh=False)
+    sup, rec = await start(cfg, ledger2)
+    try:
+        assert not marker.exists(), "fresh = false: the hook does not run at start"
+        await sup.restart("manual")
+        assert marker.read_text() == "x"
+        await sup.wait_ready()
+    finally:
+        await sup.stop()
+    lives = rows(
+        ledger2, "SELECT start_reason, end_reason, argv_json FROM server_life_view ORDER BY started_at"
+    )
+    assert [(x["start_reason"], x["end_reason"]) for x in lives] == [
+        ("adopted", "manual"),
+        ("manual", "detached"),
+    ]
+    assert ext.proc.poll() is None

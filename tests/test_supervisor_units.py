@@ -15,7 +15,7 @@ import pytest
 from wedgewatch.config import ServerConfig
 from wedgewatch.errors import ConfigError, ServerStartError, WarmupError
 from wedgewatch.supervisor import profiles
-from wedgewatch.supervisor.life import api_key, redact
+from wedgewatch.supervisor.life import api_key, redact, redact_text
 from wedgewatch.supervisor.policy import BACKOFF_CAP, RestartPolicy
 from wedgewatch.supervisor.process import LocalServer, bind_failed, group_alive, port_busy
 from wedgewatch.supervisor.watch import Reading, WedgeDetector
@@ -210,6 +210,12 @@ def test_api_keys_never_recorded() -> None:
     assert "sk-secret" not in " ".join(shown) and "hf_secret" not in " ".join(shown)
     assert "/k" in shown, "a key file's path is not a secret"
     assert api_key(argv) == "sk-secret"
+    log = "non-default args: {'model': 'm', 'api_key': 'sk-secret'}\nAuthorization: Bearer sk-secret\n"
+    assert "sk-secret" not in redact_text(log)
+    assert (
+        redact_text("vllm:prompt_tokens_total 12, max_tokens=40")
+        == "vllm:prompt_tokens_total 12, max_tokens=40"
+    )
 
 
 # --- processes --------------------------------------------------------------------------------

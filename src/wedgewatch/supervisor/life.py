@@ -41,6 +41,19 @@ def redact(argv: list[str]) -> list[str]:
     return out
 
 
+_SECRET_TEXT = re.compile(
+    r"""((?<![a-z])(?:api[-_]?key|token|secret|password|authorization)(?![a-z0-9])['"]?\s*[:=]?\s*"""
+    r"""(?:bearer\s+)?['"]?)[^\s'",}]+""",
+    re.IGNORECASE,
+)
+
+
+def redact_text(text: str) -> str:
+    """A log excerpt as it may be recorded or shown: values after key/token words masked
+    (vLLM, for one, logs its non-default arguments, ``api_key`` included)."""
+    return _SECRET_TEXT.sub(r"\1***", text)
+
+
 def api_key(argv: list[str]) -> str | None:
     """The server's own ``--api-key`` (vLLM, llama-server), which our probes must present."""
     for i, arg in enumerate(argv):

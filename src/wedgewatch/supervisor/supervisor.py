@@ -22,7 +22,7 @@ from wedgewatch.events import Event, EventBus
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import LifeInfo
 from wedgewatch.supervisor import profiles
-from wedgewatch.supervisor.life import Life, Recorder, api_key
+from wedgewatch.supervisor.life import Life, Recorder, api_key, redact_text
 from wedgewatch.supervisor.policy import RestartPolicy
 from wedgewatch.supervisor.process import UNKNOWN_EXIT, HookServer, log_tail
 from wedgewatch.supervisor.start import Starter
@@ -326,7 +326,7 @@ class Supervisor:
     async def _on_crash(self, life: Life, code: int) -> None:
         if life.ended:
             return
-        tail = log_tail(life.log_path) if life.log_path else ""
+        tail = redact_text(log_tail(life.log_path)) if life.log_path else ""
         detail = {"life_id": life.life_id, "exit_code": code, "log_tail": tail}
         self.rec.event("crash", detail, life)
         self.bus.publish(Event("crash", detail))
