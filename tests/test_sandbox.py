@@ -212,3 +212,16 @@ def test_quick_commands_keep_their_exit_codes(tmp_path: Path, instance: dict[str
         assert box.run("seq 1 20000; exit 5", 10).exit_code == 5
     finally:
         box.close()
+
+
+def test_a_same_size_edit_within_a_second_runs_the_new_code(tmp_path: Path, instance: dict[str, str]) -> None:
+    """Regression: a cached .pyc (keyed on mtime seconds and size) made the old code run."""
+    box = LocalSandbox.create(instance, tmp_path)
+    try:
+        box.run("printf 'X = 1\\n' > m.py", 10)
+        assert box.run("python -c 'import m; print(m.X)'", 30).output.strip() == "1"
+        box.run("printf 'X = 2\\n' > m.py", 10)
+        assert box.run("python -c 'import m; print(m.X)'", 30).output.strip() == "2"
+        assert not (box.path / "__pycache__").exists()
+    finally:
+        box.close()

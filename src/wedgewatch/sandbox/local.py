@@ -125,6 +125,9 @@ class LocalSandbox:
             "PAGER": "cat",
             "GIT_PAGER": "cat",
             "TERM": "dumb",
+            # A .pyc is keyed on the source's mtime in whole seconds and its size: an edit that
+            # keeps the size, made within a second of the last test run, would run the old code.
+            "PYTHONDONTWRITEBYTECODE": "1",
         }
         if extra:
             env.update(extra)
