@@ -167,7 +167,7 @@ def test_stall_mid_trajectory_through_the_proxy(start_sim: StartSim, tmp_path: P
     faults = '[[fault]]\nwhen = { nth = 3 }\naction = "stall_after"\nafter_tokens = 2\n'
     sim = start_sim(*FAST, "--scenario", scenario(tmp_path, faults))
     argv = [sys.executable, "-m", "wedgewatch", "proxy", "--upstream", sim.url, "--port", "0"]
-    argv += ["--stall-timeout", "1", "--ttft-timeout", "10", "--records", str(tmp_path / "requests.jsonl")]
+    argv += ["--stall-timeout", "1", "--ttft-timeout", "3", "--records", str(tmp_path / "requests.jsonl")]
     proxy = launch(argv, tmp_path / "proxy.log")
     try:
         t0 = time.monotonic()
