@@ -1,0 +1,116 @@
+"""``wedgewatch proxy``: the watchdog proxy in front of any OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from wedgewatch.cli._app import app
+from wedgewatch.errors import BadInput, ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RECORDS = Path(".wedgewatch/proxy-requests.jsonl")
+_FLAGS = {
+    "ttft_timeout": "--ttft-timeout",
+    "stall_timeout": "--stall-timeout",
+    "min_rate": "--min-rate",
+    "rate_window": "--rate-window",
+    "total_timeout": "--total-timeout",
+    "passthrough_timeout": "--passthrough-timeout",
+}
+
+
+def watchdog_from_flags(values: dict[str, float | None]) -> Any:
+    """A WatchdogConfig from the flags that were given; a bad value names its flag."""
+    from wedgewatch.config import validate
+
+    given = {k: v for k, v in values.items() if v is not None}
+    try:
+        return validate({"watchdog": given}, "wedgewatch proxy").watchdog
+    except ConfigError as exc:
+        name = (exc.field or "").removeprefix("watchdog.")
+        flag = _FLAGS.get(name, name)
+        message = str(exc).split(": ", 2)[-1]
+        raise BadInput(f"{flag}: {message} (got {given.get(name)!r})") from None
+
+
+@app.command("proxy")
+def proxy(
+    upstream: Annotated[
+        str, typer.Option(help="Root URL of the OpenAI-compatible server (http://HOST:PORT, /v1 optional).")
+    ],
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option(help="Port; 0 picks a free one. The first stdout line is 'listening on URL'.")
+    ] = 8100,
+    ttft_timeout: Annotated[float | None, typer.Option(help="Seconds to the first token.")] = None,
+    stall_timeout: Annotated[float | None, typer.Option(help="Seconds without a token, mid-stream.")] = None,
+    min_rate: Annotated[
+        float | None, typer.Option(help="Tokens/s below which a stream trickles (0: off).")
+    ] = None,
+    rate_window: Annotated[
+        float | None, typer.Option(help="Seconds over which --min-rate is measured.")
+    ] = None,
+    total_timeout: Annotated[float | None, typer.Option(help="Seconds for a whole request.")] = None,
+    passthrough_timeout: Annotated[
+        float | None, typer.Option(help="Seconds for a request that is not a generation.")
+    ] = None,
+    ledger: Annotated[Path | None, typer.Option(help="Write request rows into this ledger (SQLite).")] = None,
+    records: Annotated[
+        Path | None,
+        typer.Option(help=f"JSONL file of request rows when no --ledger (default {DEFAULT_RECORDS})."),
+    ] = None,
+) -> None:
+    """Watch every generation's token stream; abort stalls upstream and answer the client with a
+    non-retryable error (docs/proxy.md)."""
+    if not upstream.startswith(("http://", "https://")):
+        raise BadInput(f"--upstream: expected an http:// or https:// URL, got {upstream!r}")
+    if not 0 <= port <= 65535:
+        raise BadInput(f"--port: must be in 0..65535, got {port}")
+    if ledger is not None and records is not None:
+        raise BadInput("--records: give either --ledger or --records, not both")
+    watchdog = watchdog_from_flags(
+        {
+            "ttft_timeout": ttft_timeout,
+            "stall_timeout": stall_timeout,
+            "min_rate": min_rate,
+            "rate_window": rate_window,
+            "total_timeout": total_timeout,
+            "passthrough_timeout": passthrough_timeout,
+        }
+    )
+    asyncio.run(
+        _serve(upstream, host, port, watchdog, ledger, records or (None if ledger else DEFAULT_RECORDS))
+    )
+
+
+async def _serve(
+    upstream: str, host: str, port: int, watchdog: Any, ledger_path: Path | None, records: Path | None
+) -> None:
+    from wedgewatch.ledger import Ledger
+    from wedgewatch.proxy import Proxy
+
+    ledger = Ledger(ledger_path) if ledger_path is not None else None
+    proxy = Proxy(upstream, watchdog, ledger=ledger, records_path=records)
+    try:
+        url = await proxy.start(host, port)
+    except OSError as exc:
+        raise BadInput(f"--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    typer.echo(f"listening on {url}")
+    sys.stdout.flush()
+    log.warning("proxy: %s -> %s (records: %s)", url, proxy.upstream.base_url, ledger_path or records)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await proxy.stop()
+    if ledger is not None:
+        ledger.close()

@@ -1,0 +1,78 @@
+"""``wedgewatch proxy`` as a user runs it: a subprocess in front of the simulator, and its bad flags."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import openai
+import pytest
+
+from conftest import RunningServer, launch
+
+KEY = "sk-cli-test-SECRET-7777"
+SCENARIO = """
+[[fault]]
+when.contains = "STALL-TTFT"
+action = "stall_ttft"
+"""
+
+
+def test_the_cli_proxy_watches_records_jsonl_and_never_logs_the_key(
+    start_sim: Callable[..., RunningServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(SCENARIO)
+    sim = start_sim("--scenario", str(scenario), "--time-scale", "2")
+    records = tmp_path / "rows.jsonl"
+    env_log = tmp_path / "proxy.log"
+    monkeypatch.setenv("WEDGEWATCH_LOG", "DEBUG")  # the proxy subprocess logs everything it logs
+    argv = [sys.executable, "-m", "wedgewatch", "proxy", "--upstream", sim.url + "/v1", "--port", "0"]
+    argv += ["--ttft-timeout", "1", "--stall-timeout", "1", "--records", str(records)]
+    proxy = launch(argv, env_log)
+    try:
+        assert proxy.url.startswith("http://127.0.0.1:")
+        client = openai.OpenAI(base_url=proxy.url + "/a/cli-1/v1", api_key=KEY)
+        res = client.chat.completions.create(
+            model="sim-model", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+        assert res.usage is not None and res.usage.completion_tokens == 4
+        t0 = time.monotonic()
+        with pytest.raises(openai.InternalServerError) as info:
+            client.chat.completions.create(
+                model="sim-model", messages=[{"role": "user", "content": "STALL-TTFT"}]
+            )
+        assert time.monotonic() - t0 < 2.0
+        assert info.value.body["code"] == "stall_ttft"  # type: ignore[index]
+        rows = [json.loads(line) for line in records.read_text().splitlines()]
+        assert [(r["outcome"], r["attempt_id"]) for r in rows] == [("ok", "cli-1"), ("stall_ttft", "cli-1")]
+    finally:
+        proxy.stop()
+    log = proxy.log()
+    assert "DEBUG" in log and "stall_ttft" in log  # it did log, at debug level
+    assert KEY not in log and KEY not in records.read_text()
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--upstream", "http://127.0.0.1:9", "--ttft-timeout", "0"], "--ttft-timeout"),
+        (["--upstream", "http://127.0.0.1:9", "--min-rate", "-1"], "--min-rate"),
+        (["--upstream", "http://127.0.0.1:9", "--total-timeout", "soon"], "--total-timeout"),
+        (["--upstream", "127.0.0.1:8000"], "--upstream"),
+        (["--upstream", "http://127.0.0.1:9", "--port", "99999"], "--port"),
+        (["--ttft-timeout", "5"], "--upstream"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line_naming_the_flag(flags: list[str], named: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "wedgewatch", "proxy", *flags], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], lines
+    assert done.stdout == ""
