@@ -198,9 +198,11 @@ class RunConfig(_Section):
     eval_timeout: float = Field(600.0, gt=0)
     """Seconds for one evaluation."""
     time_scale: float = Field(1.0, gt=0)
-    """Divides simulated durations (simulator and agent deadlines) for fast simulated runs."""
+    """Divides simulated durations for fast simulated runs: the simulator's (when
+    `server.time_scale` is left at 1) and the proxy's deadlines. Agent and evaluation deadlines
+    stay real: sandbox commands run at real speed."""
     seed: int = 0
-    """Seed for everything random in a simulated run."""
+    """Seed for everything random in a simulated run (passed to the simulator as `--seed`)."""
     model_name: str | None = None
     """`model_name_or_path` in exports; defaults to the server's model."""
 

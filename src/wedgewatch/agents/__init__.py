@@ -18,6 +18,8 @@ REGISTRY: dict[str, str] = {
     "bash": "wedgewatch.agents.bash:BashAgent",
     "command": "wedgewatch.agents.command:CommandAgent",
     "mini-swe-agent": "wedgewatch.agents.miniswe:MiniSweAgent",
+    # One request, then a fixed patch: the trivial task of `wedgewatch bench runner` (runner/).
+    "echo": "wedgewatch.agents.echo:EchoAgent",
 }
 
 

@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS runs (
     seed INTEGER
 );
 
--- Things that happen to a run: started, resumed, finished, interrupted.
+-- Things that happen to a run: started, resumed, finished, interrupted, aborted (detail: pid, why).
 CREATE TABLE IF NOT EXISTS run_marks (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id TEXT NOT NULL REFERENCES runs(run_id),

@@ -16,7 +16,7 @@ from typing import Any
 
 from wedgewatch.ledger import queries
 from wedgewatch.protocols import AgentTask, LifeInfo, Sandbox
-from wedgewatch.runner.context import AgentEnding, InFlight, RunContext, run_in_thread
+from wedgewatch.runner.context import AgentEnding, InFlight, Instance, RunContext, Span, run_in_thread
 from wedgewatch.runner.retry import decide
 
 log = logging.getLogger(__name__)
@@ -74,12 +74,14 @@ def _agent_work(ctx: RunContext, instance: dict[str, Any], attempt_id: str, adir
     return ending
 
 
-async def run_attempt(ctx: RunContext, instance_id: str, attempt_no: int) -> str:
+async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
     """Run one attempt to its end row; return its status."""
     assert ctx.loop is not None
     await ctx.server.wait_ready()  # raises the supervisor's failure when it gave up
-    t_start = time.perf_counter()
-    attempt_id = ctx.attempt_id(instance_id, attempt_no)
+    span = Span()
+    span.start()
+    instance_id = inst.instance_id
+    attempt_id = ctx.attempt_id(inst, attempt_no)
     adir = ctx.workdir / attempt_id
     life = ctx.server.life()
     life_id = life.life_id if life is not None else ctx.server.life_id
@@ -101,13 +103,13 @@ async def run_attempt(ctx: RunContext, instance_id: str, attempt_no: int) -> str
     ctx.counters.attempts += 1
     if attempt_no > 1:
         ctx.counters.retried += 1
-    instance = ctx.instances[instance_id]
+    instance = inst.record
     fut = run_in_thread(
         ctx.loop, lambda: _agent_work(ctx, instance, attempt_id, adir), f"attempt-{attempt_id}"
     )
     flight = InFlight(attempt_id, instance_id, life_id, started_at, fut)
     ctx.inflight[attempt_id] = flight
-    t_launched = time.perf_counter()
+    span.stop()
     try:
         ending = await asyncio.wait_for(fut, timeout=ctx.cfg.agent.timeout + TIMEOUT_GRACE)
     except TimeoutError:
@@ -123,20 +125,21 @@ async def run_attempt(ctx: RunContext, instance_id: str, attempt_no: int) -> str
         raise
     finally:
         ctx.inflight.pop(attempt_id, None)
-    t_back = time.perf_counter()
+    span.start()
     if flight.ended_by is not None:
         return flight.ended_by[0]  # a server restart ended it first; its end row is written
     assert ending is not None
     outcomes = [r["outcome"] for r in queries.attempt_requests(ctx.ledger, attempt_id)]
     status, reason = decide(ending.result, ending.exc, outcomes, ctx.is_infra)
     result = ending.result
-    own = (t_launched - t_start) + (time.perf_counter() - t_back)
+    span.stop()
     detail: dict[str, Any] = {
         "requests": len(outcomes),
         "timings": {
             "agent": round(ending.agent_seconds, 4),
             "sandbox": round(ending.sandbox_seconds, 4),
-            "runner": round(own, 5),
+            "runner_cpu": round(span.cpu, 6),
+            "runner_wall": round(span.wall, 6),
         },
     }
     if ending.exc is not None:
@@ -145,7 +148,7 @@ async def run_attempt(ctx: RunContext, instance_id: str, attempt_no: int) -> str
         detail["agent_said"] = {"status": result.status, "reason": result.reason}
     if result is not None and result.extra:
         detail["agent"] = result.extra
-    ctx.timings.overhead.append(own)
+    span.start()
     await end_attempt(
         ctx,
         flight,
@@ -156,6 +159,10 @@ async def run_attempt(ctx: RunContext, instance_id: str, attempt_no: int) -> str
         steps=result.steps if result is not None else None,
         tokens=result.tokens if result is not None else None,
     )
+    # The runner's own synchronous work for this attempt, its end row included (the value in the
+    # row itself cannot include the writing of the row).
+    span.stop()
+    ctx.timings.overhead.append((span.cpu, span.wall))
     return status
 
 

@@ -5,6 +5,7 @@ reads the ledger)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +37,15 @@ T = TypeVar("T")
 
 SandboxFactory = Callable[[dict[str, Any], Path], Sandbox]
 """(instance, directory) -> a fresh sandbox of the instance's repository at base_commit."""
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One instance of the run: its id, its place in the suite, its SWE-bench record."""
+
+    instance_id: str
+    position: int
+    record: dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -78,11 +88,30 @@ class Counters:
     evaluations: int = 0
 
 
+class Span:
+    """Wall and CPU seconds of the event loop's thread over the runner's synchronous sections.
+    CPU time (``time.thread_time``) is the runner's own cost; wall time adds waiting for the GIL
+    while agent threads run Python."""
+
+    __slots__ = ("_cpu0", "_wall0", "cpu", "wall")
+
+    def __init__(self) -> None:
+        self.cpu = self.wall = self._cpu0 = self._wall0 = 0.0
+
+    def start(self) -> None:
+        self._wall0, self._cpu0 = time.perf_counter(), time.thread_time()
+
+    def stop(self) -> None:
+        self.wall += time.perf_counter() - self._wall0
+        self.cpu += time.thread_time() - self._cpu0
+
+
 @dataclass
 class Timings:
     """The runner's own cost per attempt (seconds), excluding the agent and the sandbox."""
 
-    overhead: list[float] = field(default_factory=list)
+    overhead: list[tuple[float, float]] = field(default_factory=list)  # (cpu, wall) per attempt
+    decisions: list[tuple[float, float]] = field(default_factory=list)  # each instance_next lookup
     ledger_writes: int = 0
     ledger_seconds: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -103,8 +132,6 @@ class RunContext:
     server: ServerSide
     make_sandbox: SandboxFactory
     is_infra: Callable[[str], bool]
-    positions: dict[str, int]
-    instances: dict[str, dict[str, Any]]
     inflight: dict[str, InFlight] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     timings: Timings = field(default_factory=Timings)
@@ -115,9 +142,18 @@ class RunContext:
         self.ledger.append(table, row)
         self.timings.add_write(time.perf_counter() - t0)
 
-    def attempt_id(self, instance_id: str, attempt_no: int) -> str:
+    def instance(self, instance_id: str) -> Instance:
+        """The instance as the run loaded it, read from the ledger when its turn comes (the
+        suite is not held in memory: a run of 2,000 instances costs what one of 200 does)."""
+        row = self.ledger.query(
+            "SELECT position, instance_json FROM run_instances WHERE run_id = ? AND instance_id = ?",
+            (self.run_id, instance_id),
+        )[0]
+        return Instance(instance_id, int(row["position"]), json.loads(row["instance_json"]))
+
+    def attempt_id(self, instance: Instance, attempt_no: int) -> str:
         # Safe in a URL path (the proxy's /a/<attempt_id>/v1) whatever the instance id holds.
-        return f"{self.run_id}-{self.positions[instance_id]}-{attempt_no}"
+        return f"{self.run_id}-{instance.position}-{attempt_no}"
 
 
 def run_in_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], T], name: str) -> asyncio.Future[T]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from wedgewatch.errors import EvaluationError
 from wedgewatch.protocols import Sandbox
-from wedgewatch.runner.context import RunContext, run_in_thread
+from wedgewatch.runner.context import Instance, RunContext, run_in_thread
 from wedgewatch.suites.testrun import heredoc, node_ids, parse_verdicts, pytest_command
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def evaluate(instance: dict[str, Any], patch: str, sandbox: Sandbox, timeout: fl
     )
 
 
-async def evaluate_attempt(ctx: RunContext, instance_id: str, attempt_id: str) -> int | None:
+async def evaluate_attempt(ctx: RunContext, inst: Instance, attempt_id: str) -> int | None:
     """Evaluate the final attempt's patch in a fresh sandbox and write one ``evaluations`` row
     (source ``local``): resolved 1/0, or NULL with the error when the evaluation could not run."""
     assert ctx.loop is not None
@@ -115,7 +115,7 @@ async def evaluate_attempt(ctx: RunContext, instance_id: str, attempt_id: str) -
     patch = str(rows[0]["patch"] or "") if rows else ""
     n = ctx.ledger.query("SELECT COUNT(*) FROM evaluations WHERE attempt_id = ?", (attempt_id,))[0][0]
     edir = ctx.workdir / attempt_id / f"eval-{n + 1}"
-    instance = ctx.instances[instance_id]
+    instance = inst.record
     timeout = ctx.cfg.run.eval_timeout
 
     def work() -> Verdict:

@@ -29,7 +29,7 @@ from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 from wedgewatch.runner import resume
 from wedgewatch.runner.attempt import end_all_in_flight, run_attempt
-from wedgewatch.runner.context import RunContext, SandboxFactory
+from wedgewatch.runner.context import RunContext, SandboxFactory, Span
 from wedgewatch.runner.evaluate import evaluate_attempt
 from wedgewatch.runner.suite import Suite
 
@@ -122,13 +122,18 @@ class Execution:
 
 async def _drive_instance(ctx: RunContext, instance_id: str) -> None:
     """Attempts, then evaluation, as the ledger says, until nothing is left to do."""
+    inst = ctx.instance(instance_id)
     while True:
+        span = Span()
+        span.start()
         nxt = queries.instance_next(ctx.ledger, ctx.run_id, instance_id)
+        span.stop()
+        ctx.timings.decisions.append((span.cpu, span.wall))
         action = nxt["next_action"]
         if action == "attempt":
-            await run_attempt(ctx, instance_id, int(nxt["next_attempt_no"]))
+            await run_attempt(ctx, inst, int(nxt["next_attempt_no"]))
         elif action == "evaluate" and ctx.cfg.run.evaluate:
-            await evaluate_attempt(ctx, instance_id, str(nxt["final_attempt"]))
+            await evaluate_attempt(ctx, inst, str(nxt["final_attempt"]))
         elif action == "running":
             raise RuntimeError(f"{instance_id}: an attempt of this run is in flight outside this process")
         else:
@@ -175,7 +180,7 @@ async def execute(
     from wedgewatch.supervisor import Supervisor
 
     eff = effective(cfg)
-    insts = queries.run_instances(ledger, run_id)
+    total = ledger.query("SELECT COUNT(*) FROM run_instances WHERE run_id = ?", (run_id,))[0][0]
     proxy_bus, sup_bus = EventBus(), EventBus()
     sup = Supervisor(eff.server, ledger=ledger, bus=sup_bus, run_id=run_id)
     proxy = Proxy(sup, eff.watchdog, ledger=ledger, bus=proxy_bus)
@@ -189,8 +194,6 @@ async def execute(
         server=sup,
         make_sandbox=make_sandbox or default_sandbox_factory(eff),
         is_infra=is_infra_outcome,
-        positions={r["instance_id"]: r["position"] for r in insts},
-        instances={r["instance_id"]: json.loads(r["instance_json"]) for r in insts},
         loop=asyncio.get_running_loop(),
     )
 
@@ -208,8 +211,8 @@ async def execute(
     sup_bus.subscribe(on_server_event)
     proxy_bus.subscribe(on_proxy_event)
     todo = queries.unfinished(ledger, run_id)
-    ctx.counters.total = len(insts)
-    ctx.counters.final_before = len(insts) - len(todo)
+    ctx.counters.total = total
+    ctx.counters.final_before = total - len(todo)
     if on_context is not None:
         on_context(ctx)
     _mark(

@@ -16,6 +16,7 @@ from wedgewatch.ledger.store import Ledger
 
 OUTCOMES = ("resolved", "unresolved", "empty_patch", "early_stop", "infra_failed", "pending")
 MODEL_OUTCOMES = ("resolved", "unresolved", "empty_patch", "early_stop")
+_FIRST_LIFE_REASONS = ("run_start", "adopted")  # the supervisor's reasons for an execution's first life
 ATTEMPT_STATUSES = ("submitted", "early_stop", "api_error", "harness_error", "interrupted", "running")
 
 
@@ -73,8 +74,9 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
     requests = queries.request_outcomes(ledger, rid)
     stalls = {k: requests.get(k, 0) for k in queries.STALL_KINDS}
     lives = queries.server_lives(ledger, rid)
-    # Every life after the run's first is a restart, whatever the supervisor called its reason.
-    restarts = lives[1:]
+    # A life started for any other reason than the start of an execution (a resume starts a
+    # fresh server too) is a restart: wedge, crash, api_errors, recycle_*, start_failed, ...
+    restarts = [lv for lv in lives if lv["start_reason"] not in _FIRST_LIFE_REASONS]
     restart_seconds = sum((lv["ready_seconds"] or 0.0) for lv in restarts)
     events = queries.events_by_kind(ledger, rid)
     marks = queries.run_marks(ledger, rid)

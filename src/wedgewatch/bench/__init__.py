@@ -1,0 +1,1 @@
+"""Benchmarks: side-by-side measurements of wedgewatch parts (``wedgewatch bench ...``)."""

@@ -1,0 +1,68 @@
+"""``wedgewatch bench runner``: the runner's own overhead, ledger writes/s, RSS and report time."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from wedgewatch.cli.bench import bench_app
+from wedgewatch.errors import BadInput
+
+TARGET_OVERHEAD_MS = 5.0
+TARGET_RSS_GROWTH = 0.20
+
+
+@bench_app.command("runner")
+def bench_runner(
+    sizes: Annotated[str, typer.Option("--sizes", help="Suite sizes, comma-separated.")] = "200,2000",
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Instances at a time.")] = 64,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+) -> None:
+    """2,000 instances of a trivial simulated task (the echo agent) at concurrency 64 against the
+    simulator: the runner's own overhead per attempt, ledger writes/s, peak RSS at 200 and 2,000
+    instances, and the time `report` takes. Targets: overhead <= 5 ms, RSS growth < 20%."""
+    from wedgewatch.bench.runner import run
+
+    try:
+        ns = [int(x) for x in sizes.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--sizes: {sizes!r} is not a comma-separated list of numbers") from None
+    if not ns or min(ns) < 1 or concurrency < 1:
+        raise BadInput("--sizes/--concurrency: need positive numbers")
+    results = run(ns, concurrency)
+    growth = (results[-1]["peak_rss_mib"] / results[0]["peak_rss_mib"] - 1) if len(results) > 1 else 0.0
+    verdict = {
+        "overhead_ok": all(r["overhead_ms_mean"] <= TARGET_OVERHEAD_MS for r in results),
+        "rss_growth": round(growth, 3),
+        "rss_ok": growth < TARGET_RSS_GROWTH,
+    }
+    if json_out:
+        typer.echo(json.dumps({"results": results, **verdict}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"wedgewatch bench runner (echo agent, concurrency {concurrency}, simulator)")
+    for col in ("instances", "wall s", "attempts/s", "overhead ms mean / p50 / p99", "sandbox ms", "agent ms",
+                "ledger rows/s", "peak RSS MiB", "report ms (CLI s)"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(
+            str(r["instances"]),
+            f"{r['wall_s']:.1f}",
+            f"{r['attempts_per_s']:.1f}",
+            f"{r['overhead_ms_mean']:.2f} / {r['overhead_ms_p50']:.2f} / {r['overhead_ms_p99']:.2f}",
+            f"{r['sandbox_ms_mean']:.0f}",
+            f"{r['agent_ms_mean']:.0f}",
+            f"{r['ledger_rows_per_s']:.0f}",
+            f"{r['peak_rss_mib']:.0f}",
+            f"{r['report_ms']:.0f} ({r['report_cli_s']:.1f})",
+        )
+    Console(width=max(Console().width, 140)).print(t)
+    typer.echo(
+        f"overhead target <= {TARGET_OVERHEAD_MS} ms/attempt: {'met' if verdict['overhead_ok'] else 'MISSED'}; "
+        f"RSS growth {results[0]['instances']} -> {results[-1]['instances']}: {growth:+.1%} "
+        f"(target < {TARGET_RSS_GROWTH:.0%}: {'met' if verdict['rss_ok'] else 'MISSED'})"
+    )
