@@ -155,3 +155,12 @@ def test_the_servers_context_limit_is_early_stop_context_window(start_sim: Start
     assert (result.status, result.reason) == ("early_stop", "context_window")
     assert result.extra["exit_status"] == "ContextWindowExceededError"
     assert traj["info"]["wedgewatch"] == {"status": "early_stop", "reason": "context_window"}
+
+
+def test_the_wall_clock_limit_is_early_stop_time_limit(start_sim: StartSim, tmp_path: Path) -> None:
+    # A slow but healthy server (no --time-scale speed-up): mini checks its wall-clock limit
+    # (agent.timeout) between steps and stops; every request was answered.
+    sim = start_sim("--policy", "swe", "--time-scale", "4")
+    result, _ = run_mini(sim.v1, tmp_path, "att-time", AgentConfig(timeout=1.0))
+    assert (result.status, result.reason) == ("early_stop", "time_limit")
+    assert result.extra["exit_status"] == "TimeExceeded" and result.steps >= 1
