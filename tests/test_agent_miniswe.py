@@ -158,9 +158,12 @@ def test_the_servers_context_limit_is_early_stop_context_window(start_sim: Start
 
 
 def test_the_wall_clock_limit_is_early_stop_time_limit(start_sim: StartSim, tmp_path: Path) -> None:
-    # A slow but healthy server (no --time-scale speed-up): mini checks its wall-clock limit
-    # (agent.timeout) between steps and stops; every request was answered.
-    sim = start_sim("--policy", "swe", "--time-scale", "4")
-    result, _ = run_mini(sim.v1, tmp_path, "att-time", AgentConfig(timeout=1.0))
+    # A model that wanders (never submits) on a healthy server: mini checks its wall-clock limit
+    # (agent.timeout) between steps and stops there; every request was answered.
+    scenario = tmp_path / "unskilled.toml"
+    scenario.write_text("[policy]\nskill = 0.0\n")
+    sim = start_sim("--policy", "swe", "--time-scale", "10", "--scenario", str(scenario))
+    cfg = AgentConfig(timeout=3.0, step_limit=500)
+    result, _ = run_mini(sim.v1, tmp_path, "att-time", cfg, inst=pick("wander"))
     assert (result.status, result.reason) == ("early_stop", "time_limit")
-    assert result.extra["exit_status"] == "TimeExceeded" and result.steps >= 1
+    assert result.extra["exit_status"] == "TimeExceeded" and result.steps >= 2
