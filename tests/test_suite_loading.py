@@ -134,3 +134,25 @@ def test_hub_dataset_offline_gives_one_clear_line(tmp_path: Path) -> None:
     assert len(lines) == 1
     assert "suite.dataset 'princeton-nlp/SWE-bench_Lite'" in lines[0] and "cannot load" in lines[0]
     assert not (tmp_path / "l.sqlite").exists()  # nothing written for a suite that did not load
+
+
+def test_malformed_suite_line_on_the_cli_leaves_the_ledger_as_it_was(tmp_path: Path) -> None:
+    from ledger_helpers import add_attempt, dump, make_run
+    from wedgewatch.ledger import Ledger
+
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as lg:  # an earlier run's facts
+        make_run(lg, "earlier", ["a"])
+        add_attempt(lg, "earlier", "a", 1, "submitted", patch="x", resolved=1)
+        before = dump(lg)
+    suite = write_jsonl(tmp_path / "s.jsonl", [record("ok-1"), '{"instance_id": "bad", ', record("ok-3")])
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[suite]\npath = "{suite}"\n[run]\nledger = "{ledger}"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "wedgewatch", "run", str(cfg)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"wedgewatch: error: {suite}:2: not valid JSON"), lines
+    with Ledger(ledger) as lg:
+        assert dump(lg) == before
