@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,9 @@ class Context:
     sink: RecordSink
     metrics: ProxyMetrics
     inflight: dict[str, Exchange] = field(default_factory=dict)
+    # Request ids: 64 random bits from a generator of our own, seeded from the OS once (not one
+    # urandom call per request), and immune to anyone seeding the global ``random``.
+    ids: random.Random = field(default_factory=random.Random)
 
 
 def upstream_headers(headers: Mapping[str, str], *, drop: Iterable[str] = ()) -> CIMultiDict[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
 import time
 from typing import Any
 
@@ -66,7 +65,7 @@ class Exchange:
         self.kind = kind
         self.path = path  # "/v1/chat/completions", without the /a/<attempt_id> prefix
         self.attempt_id = attempt_id
-        self.request_id = secrets.token_hex(8)
+        self.request_id = f"{ctx.ids.getrandbits(64):016x}"
         self.started_at = time.time()
         self.t0 = ctx.clock()
         self.watch = Watch(ctx.cfg, self.t0, ctx.metrics.itl)
@@ -81,6 +80,8 @@ class Exchange:
         self.usage: dict[str, Any] | None = None
         self._error: dict[str, Any] | None = None  # an error object the upstream sent in its stream
         self.out: web.StreamResponse | None = None  # set once the client's stream has begun
+        self._tail: list[bytes] = []  # frames from [DONE] on: sent with the end, after the row
+        self._ctype = "text/event-stream"
         self._fetch: asyncio.Future[aiohttp.ClientResponse] | None = None
         self._resp: aiohttp.ClientResponse | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -227,6 +228,7 @@ class Exchange:
         content = resp.content
         clock = self.ctx.clock
         asm = None if self.client_stream else Assembler(self.kind)
+        self._ctype = resp.headers.get("Content-Type", self._ctype)
         held: list[bytes] = []
         eof = False
         while not eof:
@@ -252,9 +254,13 @@ class Exchange:
                 if not (self.watch.tokens or self.done or self._error is not None or eof):
                     continue
                 frames, held = held, []
+            if self.done:
+                # [DONE] goes out with the end of the response (one write), once the row is written.
+                self._tail += frames
+                continue
             try:
                 if self.out is None:
-                    self.out = await self._begin(resp)
+                    self.out = await self._begin()
                 if frames:
                     await self.out.write(b"".join(frames))
             except _CLIENT_GONE:
@@ -324,9 +330,9 @@ class Exchange:
             return None
         return obj if isinstance(obj, dict) else None
 
-    async def _begin(self, resp: aiohttp.ClientResponse) -> web.StreamResponse:
+    async def _begin(self) -> web.StreamResponse:
         out = web.StreamResponse(status=200)
-        out.headers["Content-Type"] = resp.headers.get("Content-Type", "text/event-stream")
+        out.headers["Content-Type"] = self._ctype
         out.headers["Cache-Control"] = "no-cache"
         out.headers[REQUEST_ID_HEADER] = self.request_id
         await out.prepare(self.request)
@@ -344,11 +350,15 @@ class Exchange:
                 content_type="application/json",
                 headers={REQUEST_ID_HEADER: self.request_id},
             )
-        assert self.out is not None
-        # The row is on disk before the client's stream ends: whoever sees the end can read it.
+        try:
+            if self.out is None:  # an answer without a single token
+                self.out = await self._begin()
+        except _CLIENT_GONE:
+            return await self._client_gone()
+        # The row is on disk before the client sees [DONE]: whoever sees the end can read it.
         await self._end(OK, 200, {"finish_reason": self.finish})
         try:
-            await self.out.write_eof()
+            await self.out.write_eof(b"".join(self._tail))
         except _CLIENT_GONE:
             pass
         return self.out
@@ -363,7 +373,7 @@ class Exchange:
             # Already forwarded as the stream's last data line; the SDK raises on it.
             await self._end(outcome, 200, {"error": message})
             try:
-                await self.out.write_eof()
+                await self.out.write_eof(b"".join(self._tail))
             except _CLIENT_GONE:
                 pass
             return self.out

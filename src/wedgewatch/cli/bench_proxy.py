@@ -1,0 +1,125 @@
+"""``wedgewatch bench proxy``: the watchdog proxy against going direct, and its stall detection."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from wedgewatch.cli.bench import bench_app
+from wedgewatch.errors import BadInput
+
+
+def _ms(v: float | None, signed: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v * 1000:+.2f}" if signed else f"{v * 1000:.2f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def render(result: dict[str, Any]) -> str:
+    tp = result["throughput"]
+    header = ["streams", "direct tok/s", "proxy tok/s", "ratio", "TTFT p50 ms d/p", "TTFT p99 ms d/p"]
+    header += ["ITL p50 ms d/p", "ITL p99 ms d/p", "+TTFT p50", "+ITL p99", "CPU us/tok", "RSS MiB", "errors"]
+    rows = []
+    for r in tp["rows"]:
+        rows.append(
+            [
+                str(r["streams"]),
+                f"{r['direct_tokens_per_s']:.0f}",
+                f"{r['proxy_tokens_per_s']:.0f}",
+                f"{r['ratio']:.3f}" if r["ratio"] is not None else "-",
+                f"{_ms(r['direct_ttft_p50'])}/{_ms(r['proxy_ttft_p50'])}",
+                f"{_ms(r['direct_ttft_p99'])}/{_ms(r['proxy_ttft_p99'])}",
+                f"{_ms(r['direct_itl_p50'])}/{_ms(r['proxy_itl_p50'])}",
+                f"{_ms(r['direct_itl_p99'])}/{_ms(r['proxy_itl_p99'])}",
+                _ms(r["added_ttft_p50"], signed=True),
+                _ms(r["added_itl_p99"], signed=True),
+                f"{r['proxy_cpu_us_per_token']:.1f}" if r["proxy_cpu_us_per_token"] is not None else "-",
+                f"{r['proxy_rss_mib']:.0f}",
+                f"{r['direct_errors']}/{r['proxy_errors']}",
+            ]
+        )
+    opts = result["options"]
+    out = [
+        f"Throughput: {opts['max_tokens']} one-token chunks per request at {opts['tokens_per_s']:g} tokens/s "
+        f"per stream; medians of {opts['repeats']} interleaved repeats of {opts['duration']:g} s "
+        f"(d = direct, p = through the proxy; + = added by the proxy)",
+        _table(header, rows),
+        f"False stalls on healthy traffic (shipped deadlines): {tp['false_stalls']}; proxy outcomes: "
+        f"{tp['proxy_requests']}; proxy peak RSS {tp['proxy_peak_rss_mib']:.0f} MiB",
+    ]
+    for r in tp["rows"]:
+        for s in r["error_samples"]:
+            out.append(f"  error sample at {r['streams']} streams: {s}")
+    det = result.get("detection")
+    if det:
+        header = [
+            "stall kind",
+            "window s",
+            "clock starts at",
+            "ratio median",
+            "ratio max",
+            "excess max s",
+            "wrong",
+        ]
+        drows = [
+            [
+                d["kind"],
+                f"{d['window']:g}",
+                d["from"],
+                f"{d['ratio_median']:.3f}" if d["ratio_median"] is not None else "-",
+                f"{d['ratio_max']:.3f}" if d["ratio_max"] is not None else "-",
+                f"{d['excess_max_s']:+.3f}" if d["excess_max_s"] is not None else "-",
+                f"{d['wrong_outcome']}/{d['requests']}",
+            ]
+            for d in det["rows"]
+        ]
+        out += [
+            "",
+            "Detection: seconds from the window's start to the OpenAI SDK's error, over the window "
+            "(target: excess <= 0.5 s)",
+            _table(header, drows),
+            f"Requests sent {det['sent']}, simulator received {det['sim_received']} (no retries), "
+            f"aborted upstream {det['sim_aborted']}",
+        ]
+    la, lb = result["load_before"], result["load_after"]
+    out.append(
+        f"\n{result['cpus']} CPUs; load average {la[0]:.1f} before, {lb[0]:.1f} after; {result['seconds']:.0f} s"
+    )
+    return "\n".join(out)
+
+
+@bench_app.command("proxy")
+def bench_proxy(
+    levels: Annotated[str, typer.Option(help="Concurrent streams, comma-separated.")] = "1,16,64,256",
+    repeats: Annotated[int, typer.Option(help="Interleaved repeats per level (medians are shown).")] = 3,
+    duration: Annotated[float, typer.Option(help="Measured seconds per run.")] = 3.0,
+    warmup: Annotated[float, typer.Option(help="Unmeasured seconds before each run.")] = 1.0,
+    detection: Annotated[bool, typer.Option(help="Also measure stall detection.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+) -> None:
+    """Throughput, latency and CPU of the proxy against going direct to a fast simulator, and how
+    quickly it detects each stall kind (docs/benchmarks.md)."""
+    from wedgewatch.bench.proxy import BenchOptions, run
+
+    try:
+        lv = [int(x) for x in levels.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--levels: expected comma-separated integers, got {levels!r}") from None
+    if repeats < 1:
+        raise BadInput("--repeats: must be >= 1")
+    if duration <= 0 or warmup < 0:
+        raise BadInput("--duration: must be > 0 (and --warmup >= 0)")
+    result = run(
+        BenchOptions(levels=lv, repeats=repeats, duration=duration, warmup=warmup, detection=detection)
+    )
+    typer.echo(json.dumps(result, indent=1) if as_json else render(result))
