@@ -260,7 +260,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_outcomes_and_keeps_every_ro
     assert marks[0] == "started" and marks[-2:] == ["resumed", "finished"]
 
 
-def test_ctrl_c_marks_attempts_interrupted_and_stops_the_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_marks_attempts_interrupted_and_stops_the_server(tmp_path: Path, sig: signal.Signals) -> None:
     cfg_path = write_config(tmp_path, ids=IDS[:3], concurrency=2)
     ledger_path = tmp_path / "c.sqlite"
     proc = subprocess.Popen(
@@ -277,7 +278,7 @@ def test_ctrl_c_marks_attempts_interrupted_and_stops_the_server(tmp_path: Path) 
                     if lg.query("SELECT COUNT(*) FROM attempts")[0][0] >= 1:
                         break
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

@@ -111,3 +111,21 @@ def test_tests_past_the_deadline_are_unresolved(instance: dict[str, object], tmp
     slow = {**instance, "test_cmd": "sleep 30; true"}
     v = evaluate(slow, str(instance["patch"]), _box(instance, tmp_path, "a"), timeout=1.0)
     assert (v.resolved, v.verdict) == (0, "timeout")
+
+
+def test_a_patch_that_breaks_collection_is_the_models_but_an_environment_that_cannot_run_tests_is_ours(
+    instance: dict[str, object], tmp_path: Path
+) -> None:
+    box = _box(instance, tmp_path, "a")
+    # a patch that makes every test module fail to import: pytest reports no test at all
+    box.run("for f in $(git ls-files '*.py' | grep -v test); do echo 'syntax error (' >> $f; done", timeout=30)
+    patch = box.diff()
+    box.close()
+    assert patch.strip()
+    v = evaluate(instance, patch, _box(instance, tmp_path, "b"), timeout=120)
+    assert (v.resolved, v.verdict) == (0, "unresolved")
+    assert set(v.tests.values()) == {"MISSING"}  # collection failed: no test reported
+    # a test command that never reports a test, patched or not: the environment, not the model
+    silent = {**instance, "test_cmd": "true"}
+    with pytest.raises(EvaluationError, match="not even at the base commit"):
+        evaluate(silent, str(instance["patch"]), _box(instance, tmp_path, "c"), timeout=60)

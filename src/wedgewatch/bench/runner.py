@@ -89,6 +89,18 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def ledger_capacity(path: Path, rows: int = 2000) -> float:
+    """Single-row transactions per second into a fresh ledger on the same disk (what each of the
+    runner's appends is), for comparison with the rate a run needed."""
+    from wedgewatch.ledger import Ledger
+
+    with Ledger(path) as lg:
+        t0 = time.perf_counter()
+        for i in range(rows):
+            lg.append("events", {"ts": time.time(), "kind": "bench", "detail_json": {"i": i}})
+        return rows / (time.perf_counter() - t0)
+
+
 def child(n: int, concurrency: int, root: Path) -> dict[str, Any]:
     """One size, in this process: run it, then measure."""
     from wedgewatch.ledger import Ledger
@@ -152,6 +164,7 @@ def child(n: int, concurrency: int, root: Path) -> dict[str, Any]:
         "agent_ms_mean": round(statistics.fmean(t["agent"] for t in timings) * 1000, 1),
         "ledger_rows": rows,
         "ledger_rows_per_s": round(rows / wall, 1),
+        "ledger_capacity_rows_per_s": round(ledger_capacity(root / "capacity.sqlite"), 0),
         "runner_write_ms_mean": round(
             ctx.timings.ledger_seconds * 1000 / max(1, ctx.timings.ledger_writes), 3
         ),

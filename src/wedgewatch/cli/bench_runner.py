@@ -45,8 +45,9 @@ def bench_runner(
     from rich.table import Table
 
     t = Table(title=f"wedgewatch bench runner (echo agent, concurrency {concurrency}, simulator)")
-    for col in ("instances", "wall s", "attempts/s", "overhead ms mean / p50 / p99", "sandbox ms", "agent ms",
-                "ledger rows/s", "peak RSS MiB", "report ms (CLI s)"):  # fmt: skip
+    for col in ("instances", "wall s", "attempts/s", "runner CPU ms/attempt mean / p50 / p99",
+                "runner wall ms mean / p99", "sandbox ms", "agent ms", "ledger rows/s run (capacity)",
+                "peak RSS MiB", "report ms (CLI s)"):  # fmt: skip
         t.add_column(col, justify="right")
     for r in results:
         t.add_row(
@@ -54,13 +55,14 @@ def bench_runner(
             f"{r['wall_s']:.1f}",
             f"{r['attempts_per_s']:.1f}",
             f"{r['overhead_ms_mean']:.2f} / {r['overhead_ms_p50']:.2f} / {r['overhead_ms_p99']:.2f}",
+            f"{r['overhead_wall_ms_mean']:.1f} / {r['overhead_wall_ms_p99']:.0f}",
             f"{r['sandbox_ms_mean']:.0f}",
             f"{r['agent_ms_mean']:.0f}",
-            f"{r['ledger_rows_per_s']:.0f}",
+            f"{r['ledger_rows_per_s']:.0f} ({r['ledger_capacity_rows_per_s']:.0f})",
             f"{r['peak_rss_mib']:.0f}",
             f"{r['report_ms']:.0f} ({r['report_cli_s']:.1f})",
         )
-    Console(width=max(Console().width, 140)).print(t)
+    Console(width=max(Console().width, 160)).print(t)
     typer.echo(
         f"overhead target <= {TARGET_OVERHEAD_MS} ms/attempt: {'met' if verdict['overhead_ok'] else 'MISSED'}; "
         f"RSS growth {results[0]['instances']} -> {results[-1]['instances']}: {growth:+.1%} "

@@ -11,7 +11,8 @@ Verdicts (``evaluations.detail_json.verdict``) and who they blame:
 - ``timeout``: the tests ran past ``run.eval_timeout`` -> resolved 0 (a patch that hangs the tests
   is the model's doing).
 - anything that stops the evaluation from running at all (no sandbox, the test command missing,
-  no tests listed) raises ``EvaluationError``: the runner records resolved NULL, not a failure,
+  no tests listed, or no test reported either with the patch or at the base commit: the
+  environment cannot run this repository's tests) raises ``EvaluationError``: the runner records resolved NULL, not a failure,
   and tries again, up to ``run.attempts`` evaluations.
 
 Tests are run with pytest (``-rA`` prints one ``PASSED``/``FAILED`` line per node id); an
@@ -71,6 +72,17 @@ def _apply(sandbox: Sandbox, patch: str, timeout: float) -> bool:
     return False
 
 
+def _tests_run_at_base(sandbox: Sandbox, instance: dict[str, Any], cmd: str, timeout: float) -> bool:
+    """Whether pytest reports any test at the base commit plus the test patch. Asked only when the
+    patched run reported none, to tell a patch that breaks collection (the model's doing) from an
+    environment that cannot run the tests at all (ours)."""
+    sandbox.run("git checkout -q -- . && git clean -fdq", timeout=60)
+    if not _apply(sandbox, str(instance.get("test_patch") or ""), 60):
+        return False
+    res = sandbox.run(cmd, timeout=timeout)
+    return bool(parse_verdicts(res.output))
+
+
 def evaluate(instance: dict[str, Any], patch: str, sandbox: Sandbox, timeout: float) -> Verdict:
     """Judge ``patch`` on ``instance`` in ``sandbox`` (fresh, at base_commit)."""
     fail_to_pass = node_ids(instance.get("FAIL_TO_PASS") or [])
@@ -95,6 +107,10 @@ def evaluate(instance: dict[str, Any], patch: str, sandbox: Sandbox, timeout: fl
     if res.exit_code in _COMMAND_MISSING or "No module named pytest" in tail:
         raise EvaluationError(f"test command could not run (exit {res.exit_code}): {tail[-300:]}")
     found = parse_verdicts(res.output)
+    if not found and not _tests_run_at_base(sandbox, instance, cmd, remaining):
+        # Not one test reported, and not one at the base commit either: this environment cannot
+        # run the instance's tests (a real SWE-bench repository without its dependencies).
+        raise EvaluationError(f"the tests do not run here, not even at the base commit: {tail[-300:]}")
     tests = {t: found.get(t, "MISSING") for t in wanted}
     resolved = int(all(s in _OK for s in tests.values()))
     return Verdict(

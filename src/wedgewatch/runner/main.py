@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,14 @@ async def _execute_with_display(
         return await execute(ledger, run_id, cfg, resumed=resumed, make_sandbox=make_sandbox, on_context=keep)
 
 
+def _run(coro: Coroutine[Any, Any, Execution]) -> Execution:
+    """asyncio.run, with SIGTERM's cancellation surfacing as Ctrl-C's KeyboardInterrupt."""
+    try:
+        return asyncio.run(coro)
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+
+
 def start(
     cfg: Config,
     *,
@@ -62,9 +70,7 @@ def start(
     with Ledger(cfg.run.ledger) as ledger:
         create_run(ledger, cfg, suite, rid)
         log.info("run %s: %d instances into %s", rid, len(suite.instances), cfg.run.ledger)
-        return asyncio.run(
-            _execute_with_display(ledger, rid, cfg, None, show_progress, make_sandbox, on_context)
-        )
+        return _run(_execute_with_display(ledger, rid, cfg, None, show_progress, make_sandbox, on_context))
 
 
 def resume(
@@ -89,7 +95,7 @@ def resume(
                 "resume without CONFIG (the snapshot is used) or start a new run"
             )
         cfg, found = resume_run(ledger, run_id)
-        return asyncio.run(
+        return _run(
             _execute_with_display(ledger, run_id, cfg, found, show_progress, make_sandbox, on_context)
         )
 

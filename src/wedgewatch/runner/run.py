@@ -200,9 +200,8 @@ async def execute(
     def on_server_event(ev: Event) -> None:
         if ev.kind == "restart":
             ctx.counters.restarts += 1
-            end_all_in_flight(
-                ctx, "api_error", "server_restarted", {**ev.detail, "restart_reason": ev.detail.get("reason")}
-            )
+            detail = {"restart_reason": ev.detail.get("reason"), "life_id": ev.detail.get("life_id")}
+            end_all_in_flight(ctx, "api_error", "server_restarted", detail)
 
     def on_proxy_event(ev: Event) -> None:
         if ev.kind == "stall":
