@@ -118,7 +118,9 @@ def test_a_patch_that_breaks_collection_is_the_models_but_an_environment_that_ca
 ) -> None:
     box = _box(instance, tmp_path, "a")
     # a patch that makes every test module fail to import: pytest reports no test at all
-    box.run("for f in $(git ls-files '*.py' | grep -v test); do echo 'syntax error (' >> $f; done", timeout=30)
+    box.run(
+        "for f in $(git ls-files '*.py' | grep -v test); do echo 'syntax error (' >> $f; done", timeout=30
+    )
     patch = box.diff()
     box.close()
     assert patch.strip()
