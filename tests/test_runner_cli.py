@@ -1,0 +1,92 @@
+"""The runner's CLI surface that needs no server: config --example/--schema/--check, bad fields,
+and the live display's rendering."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from wedgewatch.config import Config
+from wedgewatch.ledger import Ledger
+from wedgewatch.protocols import LifeInfo
+from wedgewatch.runner.context import Counters, RunContext
+from wedgewatch.runner.progress import render
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "wedgewatch", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_example_is_commented_valid_and_uses_the_simulator_the_bash_agent_and_the_bundled_suite() -> None:
+    proc = _cli("config", "--example")
+    assert proc.returncode == 0
+    assert sum(1 for ln in proc.stdout.splitlines() if "#" in ln) >= 20
+    cfg = Config.model_validate(tomllib.loads(proc.stdout))
+    assert (cfg.server.profile, cfg.agent.name) == ("sim", "bash")
+    assert cfg.suite.path is None and cfg.suite.dataset is None
+    assert cfg.server.args[:2] == ["--policy", "swe"]
+
+
+def test_schema_has_every_section_with_descriptions() -> None:
+    proc = _cli("config", "--schema")
+    schema = json.loads(proc.stdout)
+    assert set(schema["properties"]) == {"server", "watchdog", "agent", "suite", "run"}
+    run = schema["$defs"]["RunConfig"]["properties"]
+    assert run["concurrency"]["default"] == 4 and "story" in run["concurrency"]["description"]
+    assert all("description" in f for f in run.values())
+
+
+def test_check_and_bad_field_exit_2_naming_file_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[run]\nconcurrency = 0\n")
+    for args in (["config", "--check", str(bad)], ["run", str(bad)]):
+        proc = _cli(*args)
+        assert proc.returncode == 2
+        assert f"{bad}: run.concurrency" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    good = tmp_path / "good.toml"
+    good.write_text("[run]\nconcurrency = 2\n")
+    assert _cli("config", "--check", str(good)).returncode == 0
+    assert _cli("config").returncode == 2  # exactly one of the three
+
+
+def test_run_needs_a_config_or_resume(tmp_path: Path) -> None:
+    proc = _cli("run")
+    assert proc.returncode == 2 and "CONFIG" in proc.stderr
+    proc = _cli("run", "--resume", "nope", "--ledger", str(tmp_path / "none.sqlite"))
+    assert proc.returncode == 2 and "none.sqlite does not exist" in proc.stderr
+
+
+class _Server:
+    """Stands in for the supervisor: the display only reads the life's age."""
+
+    life_id = "life-x"
+
+    def life(self) -> LifeInfo:
+        return LifeInfo("life-x", 42.0, 17, 9000)
+
+
+def test_progress_shows_done_running_retried_life_age_and_stalls() -> None:
+    from rich.console import Console
+
+    ctx = RunContext(
+        cfg=Config(),
+        ledger=Ledger(":memory:"),
+        run_id="r",
+        workdir=Path("/tmp"),
+        proxy_url="",
+        server=_Server(),  # type: ignore[arg-type]
+        make_sandbox=lambda i, p: None,  # type: ignore[arg-type,return-value]
+        is_infra=lambda o: False,
+        counters=Counters(total=10, final_before=2, done=3, running=4, retried=1, stalls=5, restarts=1),
+    )
+    console = Console(width=120, record=True)
+    console.print(render(ctx, 0.0))
+    text = console.export_text()
+    assert "5/10 done, 4 running, 1 retried" in text
+    assert "life-x" in text and "age 42s, 17 requests, 9000 tokens" in text
+    assert "5 / 1" in text
