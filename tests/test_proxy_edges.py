@@ -1,0 +1,205 @@
+"""Upstream behaviours the simulator does not produce, from a tiny scripted aiohttp server (not our
+code): an error object inside the stream, CRLF framing with pretty-printed JSON, a server that
+ignores ``stream: true``, a stream cut without ``[DONE]``; and what the proxy sends upstream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from aiohttp import web
+
+from wedgewatch.config import WatchdogConfig
+from wedgewatch.events import Event, EventBus
+from wedgewatch.ledger import Ledger
+from wedgewatch.proxy import Proxy
+
+KEY = "sk-edge-SECRET"
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "c-1",
+        "object": "chat.completion.chunk",
+        "created": 7,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+
+
+def _sse(obj: Any, sep: str = "\n", pretty: bool = False) -> bytes:
+    text = obj if isinstance(obj, str) else json.dumps(obj, indent=1 if pretty else None).replace("\n", " ")
+    return f"data: {text}{sep}{sep}".encode()
+
+
+class Upstream:
+    """Answers by the last user message; remembers each request it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[dict[str, str], dict[str, Any]]] = []
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.seen.append((dict(request.headers), body))
+        word = body["messages"][-1]["content"]
+        if word == "JSON":
+            answer = {
+                "id": "x",
+                "object": "chat.completion",
+                "choices": [],
+                "usage": {"completion_tokens": 2},
+            }
+            return web.json_response(answer)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(_sse(_chunk({"role": "assistant", "content": ""})))
+        if word == "CRLF":
+            for t in ("Hello", " there"):
+                await resp.write(_sse(_chunk({"content": t}), sep="\r\n", pretty=True))
+            await resp.write(_sse(_chunk({"content": ""}, "stop"), sep="\r\n", pretty=True))
+            await resp.write(_sse({"id": "c-1", "choices": [], "usage": {"completion_tokens": 2}}, "\r\n"))
+            await resp.write(_sse("[DONE]", sep="\r\n"))
+        elif word == "ERROR":
+            await resp.write(_sse(_chunk({"content": "Hi"})))
+            err = {
+                "error": {
+                    "object": "error",
+                    "message": "engine died",
+                    "type": "InternalServerError",
+                    "code": 500,
+                }
+            }
+            await resp.write(_sse(err))
+            await resp.write(_sse("[DONE]"))
+        elif word == "CUT":
+            await resp.write(_sse(_chunk({"content": "Hi"})))
+        await resp.write_eof()
+        return resp
+
+
+Factory = Callable[..., Awaitable[tuple[Proxy, Upstream, Ledger, list[Event]]]]
+
+
+@pytest.fixture
+async def setup(tmp_path: Path) -> AsyncIterator[Factory]:
+    runners: list[web.AppRunner] = []
+    proxies: list[Proxy] = []
+
+    async def make() -> tuple[Proxy, Upstream, Ledger, list[Event]]:
+        up = Upstream()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", up.handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        port = runner.addresses[0][1]
+        ledger = Ledger(tmp_path / "l.sqlite")
+        bus = EventBus()
+        events: list[Event] = []
+        bus.subscribe(events.append)
+        proxy = Proxy(
+            f"http://127.0.0.1:{port}/v1",
+            WatchdogConfig(ttft_timeout=2, stall_timeout=2),
+            ledger=ledger,
+            bus=bus,
+        )
+        await proxy.start()
+        proxies.append(proxy)
+        return proxy, up, ledger, events
+
+    yield make
+    for p in proxies:
+        await p.stop()
+    for r in runners:
+        await r.cleanup()
+
+
+def _client(proxy: Proxy) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=proxy.url + "/a/e1/v1", api_key=KEY)
+
+
+def _outcomes(ledger: Ledger) -> list[tuple[str, int | None]]:
+    return [
+        (r["outcome"], r["http_status"]) for r in ledger.query("SELECT * FROM requests ORDER BY started_at")
+    ]
+
+
+async def test_the_upstream_is_asked_to_stream_with_usage_and_gets_the_key(setup: Factory) -> None:
+    proxy, up, _, _ = await setup()
+    res = await _client(proxy).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "CRLF"}],
+        stream=False,
+        stream_options=None,
+        extra_body={"stream_options": {"continuous_usage_stats": False}},
+    )
+    assert res.choices[0].message.content == "Hello there"
+    assert res.choices[0].finish_reason == "stop" and res.usage is not None
+    headers, body = up.seen[0]
+    assert body["stream"] is True
+    assert body["stream_options"] == {"continuous_usage_stats": False, "include_usage": True}
+    assert headers["Authorization"] == f"Bearer {KEY}"
+    assert headers["Accept-Encoding"] == "identity"
+
+
+async def test_crlf_framing_and_pretty_json_are_read_and_passed_on(setup: Factory) -> None:
+    proxy, _, ledger, _ = await setup()
+    stream = await _client(proxy).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "CRLF"}], stream=True
+    )
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == "Hello there"
+    (row,) = ledger.query("SELECT * FROM requests")
+    assert row["outcome"] == "ok" and row["tokens_out"] == 2 and row["completion_tokens"] == 2
+
+
+async def test_an_error_inside_the_stream_is_an_upstream_error(setup: Factory) -> None:
+    proxy, _, ledger, events = await setup()
+    client = _client(proxy)
+    # Streaming: the error line is forwarded (or, if it came in the same read as everything
+    # before it, answered as an HTTP 500); either way the SDK raises with the upstream's message.
+    with pytest.raises(openai.APIError, match="engine died"):
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "ERROR"}], stream=True
+        )
+        async for _ in stream:
+            pass
+    with pytest.raises(openai.InternalServerError) as info:
+        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "ERROR"}])
+    assert info.value.response.headers["x-should-retry"] == "false"
+    assert info.value.body["code"] == "upstream_http_500"  # type: ignore[index]
+    assert [o for o, _ in _outcomes(ledger)] == ["upstream_http_500"] * 2
+    assert [e.detail["reason"] for e in events if e.kind == "upstream_error"] == ["upstream_http_500"] * 2
+
+
+async def test_a_stream_cut_before_done_is_a_connection_failure(setup: Factory) -> None:
+    proxy, _, ledger, _ = await setup()
+    stream = await _client(proxy).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "CUT"}], stream=True
+    )
+    with pytest.raises(openai.APIError) as info:
+        async for _ in stream:
+            pass
+    assert info.value.body["code"] == "connection"  # type: ignore[index]
+    assert _outcomes(ledger) == [("connection", 200)]
+
+
+async def test_an_upstream_that_ignores_stream_true_is_passed_through(setup: Factory) -> None:
+    proxy, _, ledger, _ = await setup()
+    async with aiohttp.ClientSession() as s:
+        body = {"model": "m", "messages": [{"role": "user", "content": "JSON"}]}
+        async with s.post(proxy.url + "/v1/chat/completions", json=body) as r:
+            assert r.status == 200 and (await r.json())["id"] == "x"
+        async with s.post(proxy.url + "/v1/chat/completions", data=b"{not json") as r:
+            assert r.status == 400 and (await r.json())["error"]["code"] == "invalid_json"
+        async with s.post(proxy.url + "/a/bad id/v1/chat/completions", json=body) as r:
+            assert r.status == 404
+    rows = ledger.query("SELECT outcome, completion_tokens, http_status FROM requests ORDER BY started_at")
+    assert [tuple(r) for r in rows] == [("ok", 2, 200), ("client_error", None, 400)]
