@@ -300,6 +300,12 @@ def test_ctrl_c_marks_attempts_interrupted_and_stops_the_server(tmp_path: Path, 
     resumed = _cli("run", "--resume", "c", "--ledger", str(ledger_path), "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["outcomes"]["resolved"] == 3
+    with Ledger(ledger_path) as lg:
+        n_lives = lg.query("SELECT COUNT(*) FROM server_lives")[0][0]
+    again = _cli("run", "--resume", "c", "--ledger", str(ledger_path), "--json")  # nothing left to do
+    assert again.returncode == 0 and json.loads(again.stdout)["state"] == "finished"
+    with Ledger(ledger_path) as lg:
+        assert lg.query("SELECT COUNT(*) FROM server_lives")[0][0] == n_lives  # no server started
 
 
 def test_the_example_config_runs(tmp_path: Path) -> None:

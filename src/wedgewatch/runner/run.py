@@ -227,9 +227,10 @@ async def execute(
     result = Execution(run_id, "finished", ctx=ctx)
     try:
         try:
-            ctx.proxy_url = await proxy.start("127.0.0.1", 0)
-            await sup.start()
-            await _workers(ctx, todo)
+            if todo:  # a resume of a finished run needs no server
+                ctx.proxy_url = await proxy.start("127.0.0.1", 0)
+                await sup.start()
+                await _workers(ctx, todo)
         except BaseExceptionGroup as group:  # from the workers' TaskGroup: the first cause speaks
             for extra in group.exceptions[1:]:
                 log.error("also failed: %r", extra)
