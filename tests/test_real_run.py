@@ -160,7 +160,16 @@ def test_sigkill_mid_request_restarts_and_retries_in_a_fresh_sandbox(tmp_path: P
             proc.wait()
 
     lives = rows(ledger, "SELECT * FROM server_life_view ORDER BY started_at")
-    assert len(lives) == 2
+    story = {
+        "killed": killed.get("life_id"),
+        "lives": [(lv["life_id"], lv["start_reason"], lv["end_reason"], lv["exit_code"]) for lv in lives],
+        "attempts": [
+            (a["attempt_no"], a["status"], a["reason"]) for a in rows(ledger, "SELECT * FROM attempt_view")
+        ],
+        "requests": [(r["outcome"], r["tokens_out"]) for r in rows(ledger, "SELECT * FROM requests")],
+        "events": [e["kind"] for e in rows(ledger, "SELECT kind FROM events ORDER BY id")],
+    }
+    assert len(lives) == 2, story
     assert lives[0]["life_id"] == killed["life_id"]
     assert lives[0]["end_reason"] == "crash" and lives[0]["exit_code"] == -signal.SIGKILL
     assert lives[1]["start_reason"] == "crash" and lives[1]["ready_at"] is not None
