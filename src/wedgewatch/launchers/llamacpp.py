@@ -47,7 +47,7 @@ DEFAULT_THREADS = 2
 """Plenty for a 270M model; on a bigger machine raise it for a bigger model."""
 DEFAULT_POLL = 0
 """Idle threads sleep instead of spinning (llama.cpp's default is 50). On a shared CPU a spinning
-thread waits on a descheduled sibling: 2 threads fell to 6-35 tokens/s here, against 55-78 with 0."""
+thread waits on a descheduled sibling: median 37 tokens/s here (as low as 6) against 65 with 0."""
 DEFAULT_SSE_PING_INTERVAL = 30
 """llama.cpp's own default: a `: ping` comment after this many seconds of silence on a stream."""
 
