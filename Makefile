@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(BIN)/wedgewatch demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests

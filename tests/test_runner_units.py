@@ -57,6 +57,14 @@ def test_effective_config_scales_simulated_time_and_seeds_the_simulator() -> Non
     assert eff.watchdog.total_timeout == pytest.approx(24.0)
     assert eff.watchdog.min_rate == pytest.approx(5.0)
     assert eff.server.args == ["--policy", "swe", "--seed", "7"]
+    # The supervisor's windows and the client's deadline shrink too, never below a second.
+    assert eff.server.wedge_window == pytest.approx(6.0)
+    assert eff.server.canary_timeout == pytest.approx(1.0)
+    assert eff.server.scrape_interval == pytest.approx(1.0)
+    assert eff.agent.client_timeout == pytest.approx(90.0)
+    fast = effective(Config.model_validate({"run": {"time_scale": 1000.0}}))
+    assert fast.watchdog.stall_timeout == pytest.approx(1.0)
+    assert fast.server.scrape_interval == pytest.approx(0.25)
     assert (
         cfg.watchdog.stall_timeout == 20.0
     )  # the config as written is untouched (it is what the ledger keeps)

@@ -25,6 +25,10 @@ class _Section(BaseModel):
 class WatchdogConfig(_Section):
     """The proxy's deadlines. Each is documented with its reason in docs/proxy.md."""
 
+    enabled: bool = True
+    """Put the watchdog proxy between the agents and the server. False sends agents straight to
+    the server, unwatched and unrecorded: only the demo's naive arm, which replays the story's
+    harness, wants that."""
     ttft_timeout: float = Field(60.0, gt=0)
     """Seconds to the first token before `stall_ttft`. Covers a long prefill plus queueing behind
     busy slots; vLLM liveness proposals use 60 s."""
@@ -151,6 +155,12 @@ class AgentConfig(_Section):
     """max_tokens of each model request."""
     temperature: float = Field(0.0, ge=0)
     """Sampling temperature of each model request."""
+    client_timeout: float = Field(900.0, gt=0)
+    """The bash agent's OpenAI-client timeout per request, in the server's seconds (run.time_scale
+    divides it). Generous on purpose: the proxy's deadlines are the ones that should fire."""
+    client_retries: int = Field(0, ge=0)
+    """The bash agent's OpenAI-client retries per request. 0: retries belong to the task, in a fresh
+    sandbox. The SDK's own default is 2 (the story's 1,802-second trap)."""
     command: list[str] = Field(default_factory=list)
     """argv template of the `command` agent: {instance_id} {workdir} {problem_file} {base_url}
     {model} {attempt_id} {patch_file} (docs/agents.md)."""

@@ -27,7 +27,6 @@ log = logging.getLogger(__name__)
 
 # The proxy enforces the real deadlines (240 s by default); the client's own timeout is only a
 # backstop for running without a proxy, so it is far above any healthy generation.
-DEFAULT_REQUEST_TIMEOUT = 900.0
 
 # What servers say when a prompt is over the context: vLLM "This model's maximum context length is
 # N tokens", SGLang/llama.cpp "exceeds the context window"/"context size", OpenAI's code.
@@ -66,16 +65,10 @@ class BashAgent:
 
     name = "bash"
 
-    def __init__(
-        self,
-        cfg: AgentConfig | None = None,
-        *,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        max_retries: int = 0,
-    ) -> None:
+    def __init__(self, cfg: AgentConfig | None = None) -> None:
         self.cfg = cfg or AgentConfig()
-        self.request_timeout = request_timeout
-        self.max_retries = max_retries
+        self.request_timeout = self.cfg.client_timeout
+        self.max_retries = self.cfg.client_retries
 
     def run(self, task: AgentTask) -> AgentResult:
         cfg = self.cfg

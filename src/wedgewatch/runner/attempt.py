@@ -52,7 +52,7 @@ def _agent_work(ctx: RunContext, instance: dict[str, Any], attempt_id: str, adir
             attempt_id=attempt_id,
             instance=instance,
             sandbox=sandbox,
-            base_url=f"{ctx.proxy_url}/a/{attempt_id}/v1",
+            base_url=ctx.agent_base_url(attempt_id),
             model=ctx.cfg.server.served_model_name or ctx.cfg.server.model,
             trajectory_path=adir / "trajectory.json",
         )

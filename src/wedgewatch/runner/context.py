@@ -22,6 +22,9 @@ class ServerSide(Protocol):
     """What the runner needs of the supervisor."""
 
     @property
+    def base_url(self) -> str: ...
+
+    @property
     def life_id(self) -> str | None: ...
 
     def life(self) -> LifeInfo | None: ...
@@ -136,6 +139,13 @@ class RunContext:
     counters: Counters = field(default_factory=Counters)
     timings: Timings = field(default_factory=Timings)
     loop: asyncio.AbstractEventLoop | None = None
+
+    def agent_base_url(self, attempt_id: str) -> str:
+        """Where the attempt's agent sends its requests: its own path on the proxy, or (without
+        the proxy) the current server life itself, unattributed."""
+        if self.proxy_url:
+            return f"{self.proxy_url}/a/{attempt_id}/v1"
+        return f"{self.server.base_url}/v1"
 
     def append(self, table: str, row: dict[str, Any]) -> None:
         t0 = time.perf_counter()

@@ -35,6 +35,9 @@ from wedgewatch.runner.suite import Suite
 
 log = logging.getLogger(__name__)
 
+# Seconds: the least a time-scaled deadline is shrunk to (see ``effective``).
+SCALED_FLOOR = 1.0
+
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -57,12 +60,26 @@ def effective(cfg: Config) -> Config:
     data = cfg.snapshot()
     scale = cfg.run.time_scale
     server, watchdog = data["server"], data["watchdog"]
+
+    def scaled(seconds: float) -> float:
+        # A scaled deadline never drops below the machine's own scheduling noise (a busy event
+        # loop, threads waiting for the GIL): below a second it would fire on a healthy server.
+        return max(seconds / scale, min(seconds, SCALED_FLOOR))
+
     if scale != 1.0:
         if server["profile"] == "sim" and server["time_scale"] == 1.0:
             server["time_scale"] = scale
         for key in ("ttft_timeout", "stall_timeout", "rate_window", "total_timeout"):
-            watchdog[key] = watchdog[key] / scale
+            watchdog[key] = scaled(watchdog[key])
         watchdog["min_rate"] = watchdog["min_rate"] * scale
+        # The supervisor's windows watch the server's work, so they shrink with it too.
+        for key in ("wedge_window", "canary_timeout"):
+            server[key] = scaled(server[key])
+        server["scrape_interval"] = min(server["scrape_interval"], max(0.1, server["wedge_window"] / 4))
+        server["warmup"]["timeout"] = scaled(server["warmup"]["timeout"])
+        # The client's deadline is on the server's work too; the agent's own limits (command
+        # timeouts, the attempt's wall clock) are real time, as sandbox commands run at real speed.
+        data["agent"]["client_timeout"] = scaled(data["agent"]["client_timeout"])
     if server["profile"] == "sim" and "--seed" not in server["args"]:
         server["args"] = [*server["args"], "--seed", str(cfg.run.seed)]
     return validate(data, "effective config")
@@ -228,7 +245,8 @@ async def execute(
     try:
         try:
             if todo:  # a resume of a finished run needs no server
-                ctx.proxy_url = await proxy.start("127.0.0.1", 0)
+                if eff.watchdog.enabled:
+                    ctx.proxy_url = await proxy.start("127.0.0.1", 0)
                 await sup.start()
                 await _workers(ctx, todo)
         except BaseExceptionGroup as group:  # from the workers' TaskGroup: the first cause speaks

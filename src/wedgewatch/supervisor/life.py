@@ -82,6 +82,7 @@ class Life:
     ready: bool = False
     ended: bool = False
     wedged: bool = False
+    crashed: bool = False
     recycling: bool = False
     generated: float | None = None  # the server's generated-tokens counter, last scrape
     reading: Reading | None = None

@@ -106,8 +106,14 @@ class Supervisor:
                 raise self._failure
             if self._stopping:
                 raise ServerDown("the supervisor is stopped")
-            if self._life is not None and self._life.ready:
-                return
+            life = self._life
+            if life is not None and life.ready:
+                code = life.proc.poll()
+                if code is None:
+                    return
+                # Died since the last scrape: handing it out would burn an attempt on a
+                # refused connection, so the crash path starts now.
+                self._crash_seen(life, code)
             self._changed.clear()
             await self._changed.wait()
 
@@ -280,7 +286,7 @@ class Supervisor:
         while not life.ended:
             code = life.proc.poll()
             if code is not None:
-                self._bg.spawn(self._on_crash(life, code))
+                self._crash_seen(life, code)
                 return
             ok, evidence, err = await scrape_into(
                 life, session, self.series, self.rec, self.clock, self._headers
@@ -322,6 +328,12 @@ class Supervisor:
         log.warning("wedge on %s: %s", life.life_id, {k: v for k, v in evidence.items() if k != "samples"})
         if self.cfg.restart_on_wedge:
             await self._restart("wedge", life)
+
+    def _crash_seen(self, life: Life, code: int) -> None:
+        """Start the crash path once per life, whoever noticed first."""
+        if not life.crashed and not life.ended:
+            life.crashed = True
+            self._bg.spawn(self._on_crash(life, code))
 
     async def _on_crash(self, life: Life, code: int) -> None:
         if life.ended:
@@ -375,6 +387,10 @@ class Supervisor:
         tokens = ev.detail.get("tokens_out", ev.detail.get("tokens", 0))
         if isinstance(tokens, int | float):
             life.proxy_tokens += int(tokens)
+        code = life.proc.poll() if ev.kind == "upstream_error" else None
+        if code is not None:
+            self._crash_seen(life, code)  # a refused connection from a dead process: no canary needed
+            return
         if ev.kind != "request_ok" and not life.wedged and life.probe_task is None and not self._stopping:
             trigger = {
                 **{k: v for k, v in ev.detail.items() if isinstance(v, str | int | float)},
