@@ -4,7 +4,9 @@ ignores ``stream: true``, a stream cut without ``[DONE]``; and what the proxy se
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -42,11 +44,18 @@ class Upstream:
 
     def __init__(self) -> None:
         self.seen: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.hung_up = asyncio.Event()  # set when a request that never answers loses its client
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.seen.append((dict(request.headers), body))
         word = body["messages"][-1]["content"]
+        if word == "HANG":  # not even headers: a server wedged before it answers
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.hung_up.set()
+                raise
         if word == "JSON":
             answer = {
                 "id": "x",
@@ -94,7 +103,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Factory]:
         up = Upstream()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", up.handle)
-        runner = web.AppRunner(app)
+        runner = web.AppRunner(app, handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -203,3 +212,18 @@ async def test_an_upstream_that_ignores_stream_true_is_passed_through(setup: Fac
             assert r.status == 404
     rows = ledger.query("SELECT outcome, completion_tokens, http_status FROM requests ORDER BY started_at")
     assert [tuple(r) for r in rows] == [("ok", 2, 200), ("client_error", None, 400)]
+
+
+async def test_a_server_that_never_sends_headers_is_a_stall_ttft_and_is_hung_up_on(setup: Factory) -> None:
+    proxy, up, ledger, events = await setup()
+    t0 = time.monotonic()
+    with pytest.raises(openai.InternalServerError) as info:
+        await _client(proxy).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "HANG"}]
+        )
+    assert 2.0 <= time.monotonic() - t0 < 3.0
+    assert info.value.body["code"] == "stall_ttft"  # type: ignore[index]
+    await asyncio.wait_for(up.hung_up.wait(), 2.0)  # the upstream connection was closed
+    assert len(up.seen) == 1  # and the SDK did not retry
+    assert _outcomes(ledger) == [("stall_ttft", 503)]
+    assert [e.kind for e in events] == ["stall"]
