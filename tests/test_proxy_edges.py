@@ -87,6 +87,8 @@ class Upstream:
             await resp.write(_sse("[DONE]"))
         elif word == "CUT":
             await resp.write(_sse(_chunk({"content": "Hi"})))
+        elif word == "CUT0":  # a role chunk, then the end: not one token
+            pass
         await resp.write_eof()
         return resp
 
@@ -197,7 +199,13 @@ async def test_a_stream_cut_before_done_is_a_connection_failure(setup: Factory) 
         async for _ in stream:
             pass
     assert info.value.body["code"] == "connection"  # type: ignore[index]
-    assert _outcomes(ledger) == [("connection", 200)]
+    # cut before any token: nothing had been sent, so the client gets a plain 502
+    with pytest.raises(openai.APIStatusError) as info2:
+        await _client(proxy).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "CUT0"}], stream=True
+        )
+    assert info2.value.status_code == 502 and info2.value.response.headers["x-should-retry"] == "false"
+    assert _outcomes(ledger) == [("connection", 200), ("connection", 502)]
 
 
 async def test_an_upstream_that_ignores_stream_true_is_passed_through(setup: Factory) -> None:

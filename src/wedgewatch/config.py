@@ -39,7 +39,9 @@ class WatchdogConfig(_Section):
     """Tokens per second below which a stream is a `trickle` (measured over `rate_window`); 0 turns
     the check off."""
     rate_window: float = Field(60.0, gt=0)
-    """Seconds over which `min_rate` is measured."""
+    """Seconds over which `min_rate` is measured: a sliding window, which starts at the first token
+    until that token is `rate_window` old (so a stream that trickles from its start is caught
+    `rate_window` after its first token)."""
     total_timeout: float = Field(240.0, gt=0)
     """Seconds for the whole request before `total_timeout`: the story's client deadline (a normal
     generation took about 90 s)."""

@@ -80,6 +80,7 @@ class Exchange:
         self.usage: dict[str, Any] | None = None
         self._error: dict[str, Any] | None = None  # an error object the upstream sent in its stream
         self.out: web.StreamResponse | None = None  # set once the client's stream has begun
+        self._held: list[bytes] = []  # frames before the first token: sent with it, or never
         self._tail: list[bytes] = []  # frames from [DONE] on: sent with the end, after the row
         self._ctype = "text/event-stream"
         self._fetch: asyncio.Future[aiohttp.ClientResponse] | None = None
@@ -229,7 +230,6 @@ class Exchange:
         clock = self.ctx.clock
         asm = None if self.client_stream else Assembler(self.kind)
         self._ctype = resp.headers.get("Content-Type", self._ctype)
-        held: list[bytes] = []
         eof = False
         while not eof:
             try:
@@ -250,10 +250,10 @@ class Exchange:
             if not self.client_stream:
                 continue
             if self.out is None:
-                held += frames
-                if not (self.watch.tokens or self.done or self._error is not None or eof):
-                    continue
-                frames, held = held, []
+                self._held += frames
+                if not (self.watch.tokens or self.done or self._error is not None):
+                    continue  # a stream cut before any token is answered with a plain 502
+                frames, self._held = self._held, []
             if self.done:
                 # [DONE] goes out with the end of the response (one write), once the row is written.
                 self._tail += frames
@@ -358,7 +358,7 @@ class Exchange:
         # The row is on disk before the client sees [DONE]: whoever sees the end can read it.
         await self._end(OK, 200, {"finish_reason": self.finish})
         try:
-            await self.out.write_eof(b"".join(self._tail))
+            await self.out.write_eof(b"".join(self._held + self._tail))
         except _CLIENT_GONE:
             pass
         return self.out
