@@ -21,7 +21,6 @@ from aiohttp import web
 from wedgewatch.events import Event
 from wedgewatch.proxy.assemble import Assembler, Kind
 from wedgewatch.proxy.context import (
-    NO_RETRY,
     REQUEST_ID_HEADER,
     Context,
     client_headers,
@@ -29,17 +28,19 @@ from wedgewatch.proxy.context import (
     error_response,
     upstream_headers,
 )
-from wedgewatch.proxy.progress import error_code, finish_reason, has_usage, is_error, is_progress, progress_of
+from wedgewatch.proxy.progress import error_code
 from wedgewatch.proxy.records import (
     CLIENT_DISCONNECT,
     CLIENT_ERROR,
     CONNECTION,
     OK,
     is_infra_outcome,
+    request_row,
     upstream_http,
 )
+from wedgewatch.proxy.relay import Relay, decode
 from wedgewatch.proxy.watch import Stall, Watch
-from wedgewatch.sse import DONE, SSEEvent, SSEParser, encode_data
+from wedgewatch.sse import SSEParser, encode_data
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +74,8 @@ class Exchange:
         self.base_url = ctx.upstream.base_url.rstrip("/")
         self.model: str | None = None
         self.client_stream = False
-        self.want_usage = False
         self.stall: Stall | None = None
-        self.done = False  # the upstream said [DONE]: what follows cannot fail the request
-        self.finish: str | None = None
-        self.usage: dict[str, Any] | None = None
-        self._error: dict[str, Any] | None = None  # an error object the upstream sent in its stream
+        self.relay = Relay(self.watch)
         self.out: web.StreamResponse | None = None  # set once the client's stream has begun
         self._held: list[bytes] = []  # frames before the first token: sent with it, or never
         self._tail: list[bytes] = []  # frames from [DONE] on: sent with the end, after the row
@@ -102,7 +99,7 @@ class Exchange:
         if isinstance(result, float):
             self._arm(result)
             return
-        if not self.done:
+        if not self.relay.done:
             self.stall = result
         self._abort_upstream()
 
@@ -126,7 +123,7 @@ class Exchange:
             # aiohttp cancels the handler when the client disconnects: abort upstream at once.
             self._abort_upstream()
             if not self._ended:
-                self._record(OK if self.done else CLIENT_DISCONNECT, None, {})
+                self._record(OK if self.relay.done else CLIENT_DISCONNECT, None, {})
             raise
         finally:
             self._ended = True
@@ -153,7 +150,7 @@ class Exchange:
         self.client_stream = body.get("stream") is True
         opts = body.get("stream_options")
         opts = opts if isinstance(opts, dict) else {}
-        self.want_usage = self.client_stream and opts.get("include_usage") is True
+        self.relay.want_usage = self.client_stream and opts.get("include_usage") is True
         body["stream"] = True
         body["stream_options"] = {**opts, "include_usage": True}
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
@@ -211,12 +208,9 @@ class Exchange:
         data = await resp.read()
         if data:
             self.watch.progress(self.ctx.clock())
-        self.done = True
-        try:
-            obj = json.loads(data)
-            self.usage = obj.get("usage") if isinstance(obj, dict) else None
-        except ValueError:
-            pass
+        self.relay.done = True
+        obj = decode(data)
+        self.relay.usage = obj.get("usage") if obj is not None else None
         await self._end(OK, resp.status, {"upstream_streamed": False})
         headers = client_headers(resp.headers, drop=("content-encoding",))
         headers[REQUEST_ID_HEADER] = self.request_id
@@ -228,7 +222,9 @@ class Exchange:
         parser = SSEParser()
         content = resp.content
         clock = self.ctx.clock
-        asm = None if self.client_stream else Assembler(self.kind)
+        relay = self.relay
+        if not self.client_stream:
+            relay.asm = Assembler(self.kind)
         self._ctype = resp.headers.get("Content-Type", self._ctype)
         eof = False
         while not eof:
@@ -237,7 +233,7 @@ class Exchange:
             except _UPSTREAM_FAILED:
                 if self.stall is not None:
                     raise _Stalled from None
-                if not self.done:
+                if not relay.done:
                     raise
                 chunk = b""
             if chunk:
@@ -246,15 +242,16 @@ class Exchange:
                 eof = True
                 events = parser.close()
             now = clock()
-            frames = self._events(events, now) if asm is None else self._assemble(events, now, asm)
             if not self.client_stream:
+                relay.assemble(events, now)
                 continue
+            frames = relay.frames(events, now, self.out is not None)
             if self.out is None:
                 self._held += frames
-                if not (self.watch.tokens or self.done or self._error is not None):
+                if not (self.watch.tokens or relay.done or relay.error is not None):
                     continue  # a stream cut before any token is answered with a plain 502
                 frames, self._held = self._held, []
-            if self.done:
+            if relay.done:
                 # [DONE] goes out with the end of the response (one write), once the row is written.
                 self._tail += frames
                 continue
@@ -265,70 +262,12 @@ class Exchange:
                     await self.out.write(b"".join(frames))
             except _CLIENT_GONE:
                 return await self._client_gone()
-        if self._error is not None:
-            return await self._in_stream_error(asm)
-        if not self.done and self.finish is None:
+        if relay.error is not None:
+            return await self._in_stream_error()
+        if not relay.done and relay.finish is None:
             msg = f"the upstream stream ended without [DONE] after {self.watch.tokens} tokens"
             return await self._fail(CONNECTION, 502, "upstream_error", msg)
-        return await self._ok(asm)
-
-    def _events(self, events: list[SSEEvent], now: float) -> list[bytes]:
-        """Classify a streaming client's events and return the frames to forward."""
-        frames: list[bytes] = []
-        for ev in events:
-            data = ev.data
-            if data is None:
-                if self.out is not None and ev.comments:
-                    frames.append(b"".join(b": " + c + b"\n" for c in ev.comments) + b"\n")
-                continue
-            if data == DONE:
-                self.done = True
-            elif is_progress(data):
-                self.watch.progress(now)
-            elif is_error(data):
-                self._error = self._decode(data) or {"error": {}}
-            elif has_usage(data):
-                obj = self._decode(data)
-                if obj is not None:
-                    self.usage = obj.get("usage")
-                    if not self.want_usage and not obj.get("choices"):
-                        continue  # the client did not ask for the usage-only chunk
-            fr = finish_reason(data)
-            if fr is not None:
-                self.finish = fr
-            frames.append(b"data: " + data + b"\n\n")
-        return frames
-
-    def _assemble(self, events: list[SSEEvent], now: float, asm: Assembler) -> list[bytes]:
-        """A non-streaming client's events: decode each and feed the assembler."""
-        for ev in events:
-            data = ev.data
-            if data is None:
-                continue
-            if data == DONE:
-                self.done = True
-                continue
-            obj = self._decode(data)
-            if obj is None:
-                continue
-            if "error" in obj:
-                self._error = obj
-                continue
-            if progress_of(obj):
-                self.watch.progress(now)
-            asm.feed(obj)
-            for choice in obj.get("choices") or ():
-                if isinstance(choice, dict) and choice.get("finish_reason") is not None:
-                    self.finish = choice["finish_reason"]
-        return []
-
-    @staticmethod
-    def _decode(data: bytes) -> dict[str, Any] | None:
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            return None
-        return obj if isinstance(obj, dict) else None
+        return await self._ok()
 
     async def _begin(self) -> web.StreamResponse:
         out = web.StreamResponse(status=200)
@@ -340,11 +279,11 @@ class Exchange:
 
     # --- endings ------------------------------------------------------------------------------
 
-    async def _ok(self, asm: Assembler | None) -> web.StreamResponse:
-        if asm is not None:
-            answer = asm.answer()
-            self.usage = asm.usage
-            await self._end(OK, 200, {"finish_reason": self.finish})
+    async def _ok(self) -> web.StreamResponse:
+        finish = {"finish_reason": self.relay.finish}
+        if self.relay.asm is not None:
+            answer = self.relay.asm.answer()
+            await self._end(OK, 200, finish)
             return web.Response(
                 body=json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode(),
                 content_type="application/json",
@@ -356,20 +295,20 @@ class Exchange:
         except _CLIENT_GONE:
             return await self._client_gone()
         # The row is on disk before the client sees [DONE]: whoever sees the end can read it.
-        await self._end(OK, 200, {"finish_reason": self.finish})
+        await self._end(OK, 200, finish)
         try:
             await self.out.write_eof(b"".join(self._held + self._tail))
         except _CLIENT_GONE:
             pass
         return self.out
 
-    async def _in_stream_error(self, asm: Assembler | None) -> web.StreamResponse:
-        err = self._error or {}
+    async def _in_stream_error(self) -> web.StreamResponse:
+        err = self.relay.error or {}
         code = error_code(err)
         outcome = CLIENT_ERROR if code < 500 else upstream_http(code)
         inner = err.get("error")
         message = inner.get("message") if isinstance(inner, dict) else None
-        if asm is None and self.out is not None:
+        if self.out is not None:
             # Already forwarded as the stream's last data line; the SDK raises on it.
             await self._end(outcome, 200, {"error": message})
             try:
@@ -408,7 +347,7 @@ class Exchange:
 
     async def _client_gone(self) -> web.StreamResponse:
         self._abort_upstream()
-        await self._end(OK if self.done else CLIENT_DISCONNECT, None, {})
+        await self._end(OK if self.relay.done else CLIENT_DISCONNECT, None, {})
         return self.out or web.Response(status=499)
 
     async def _end(self, outcome: str, status: int | None, detail: dict[str, Any]) -> None:
@@ -420,7 +359,6 @@ class Exchange:
         watch = self.watch
         duration = self.ctx.clock() - self.t0
         life = self.life
-        usage = self.usage if isinstance(self.usage, dict) else {}
         m = self.ctx.metrics
         m.requests.labels(outcome).inc()
         if watch.ttft is not None:
@@ -439,28 +377,19 @@ class Exchange:
             self.ctx.bus.publish(Event("upstream_error", ev_detail, self.attempt_id))
         if outcome != OK:
             log.info("request %s %s: %s", self.request_id, self.path, outcome)
-        row = {
-            "request_id": self.request_id,
-            "attempt_id": self.attempt_id,
-            "life_id": life.life_id if life else None,
-            "path": self.path,
-            "model": self.model,
-            "client_stream": int(self.client_stream),
-            "started_at": self.started_at,
-            "ttft": watch.ttft,
-            "tokens_out": watch.tokens,
-            "max_gap": watch.max_gap if watch.tokens > 1 else None,
-            "duration": duration,
-            "outcome": outcome,
-            "http_status": status,
-            "prompt_tokens": usage.get("prompt_tokens"),
-            "completion_tokens": usage.get("completion_tokens"),
-            "age_seconds": life.age_seconds if life else None,
-            "age_requests": life.age_requests if life else None,
-            "age_tokens": life.age_tokens if life else None,
-            "detail_json": {k: v for k, v in detail.items() if v is not None},
-        }
+        row = request_row(
+            request_id=self.request_id,
+            attempt_id=self.attempt_id,
+            life=life,
+            path=self.path,
+            model=self.model,
+            client_stream=self.client_stream,
+            started_at=self.started_at,
+            watch=watch,
+            duration=duration,
+            outcome=outcome,
+            http_status=status,
+            usage=self.relay.usage,
+            detail=detail,
+        )
         return self.ctx.sink.submit(row)
-
-
-__all__ = ["NO_RETRY", "Exchange"]

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.ledger import Ledger
-from wedgewatch.proxy.watch import STALL_KINDS
+from wedgewatch.protocols import LifeInfo
+from wedgewatch.proxy.watch import STALL_KINDS, Watch
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,47 @@ def upstream_http(status: int) -> str:
 def is_infra_outcome(outcome: str) -> bool:
     """True for a stall kind, ``connection`` and ``upstream_http_<code>``."""
     return outcome in INFRA_OUTCOMES or outcome.startswith(UPSTREAM_HTTP_PREFIX)
+
+
+def request_row(
+    *,
+    request_id: str,
+    attempt_id: str | None,
+    life: LifeInfo | None,
+    path: str,
+    model: str | None,
+    client_stream: bool,
+    started_at: float,
+    watch: Watch,
+    duration: float,
+    outcome: str,
+    http_status: int | None,
+    usage: Any,
+    detail: Mapping[str, Any],
+) -> dict[str, Any]:
+    """One row of the ledger's ``requests`` table (ledger/schema.py); JSONL rows are the same."""
+    usage = usage if isinstance(usage, dict) else {}
+    return {
+        "request_id": request_id,
+        "attempt_id": attempt_id,
+        "life_id": life.life_id if life else None,
+        "path": path,
+        "model": model,
+        "client_stream": int(client_stream),
+        "started_at": started_at,
+        "ttft": watch.ttft,
+        "tokens_out": watch.tokens,
+        "max_gap": watch.max_gap if watch.tokens > 1 else None,
+        "duration": duration,
+        "outcome": outcome,
+        "http_status": http_status,
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+        "age_seconds": life.age_seconds if life else None,
+        "age_requests": life.age_requests if life else None,
+        "age_tokens": life.age_tokens if life else None,
+        "detail_json": {k: v for k, v in detail.items() if v is not None},
+    }
 
 
 class RecordSink:
