@@ -30,7 +30,9 @@ check: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
-	$(BIN)/wedgewatch bench all
+	$(BIN)/wedgewatch bench proxy
+	$(BIN)/wedgewatch bench runner
+	$(BIN)/wedgewatch bench llamacpp
 
 # Regenerates the lock from pyproject.toml (needs network to PyPI).
 lock: $(STAMP)

@@ -9,4 +9,6 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: it rewraps docstrings and never cuts long flag names at 80 columns.
+    rich_markup_mode=None,
 )

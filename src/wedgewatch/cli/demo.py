@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -21,10 +23,13 @@ def demo_cmd(
     ] = 1,
     time_scale: Annotated[
         float, typer.Option("--time-scale", min=1.0, help="Divides every simulated duration.")
-    ] = 100.0,
+    ] = 200.0,
     instances: Annotated[
         int, typer.Option("--instances", min=1, max=20, help="Bundled instances per arm.")
     ] = 20,
+    scenario: Annotated[
+        str, typer.Option("--scenario", help="Simulator scenario of both arms (a bundled name or a file).")
+    ] = "seed-used-server",
     json_out: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
     """Replay the story on the simulator: a naive harness (SDK defaults, a used server, no proxy)
@@ -32,14 +37,17 @@ def demo_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from wedgewatch.demo import DemoOptions, run_demo, table_rows
+    from wedgewatch.demo import DemoOptions, footnote, run_demo, table_rows
 
-    opts = DemoOptions(out_dir=out, seed=seed, time_scale=time_scale, instances=instances)
+    if "WEDGEWATCH_LOG" not in os.environ:
+        # The table is the demo's output; the supervisor's warnings would interleave with it.
+        logging.getLogger("wedgewatch").setLevel(logging.ERROR)
+    opts = DemoOptions(out_dir=out, seed=seed, time_scale=time_scale, instances=instances, scenario=scenario)
     console = Console(stderr=True)
     if not json_out:
         console.print(
             f"[bold]wedgewatch demo[/]: {instances} bundled instances, {opts.concurrency} at a time, "
-            f"scenario seed-used-server, time scale {time_scale:g}x; naive arm first, then guarded."
+            f"scenario {scenario}, time scale {time_scale:g}x; naive arm first, then guarded."
         )
     figures = run_demo(opts)
     if json_out:
@@ -49,9 +57,10 @@ def demo_cmd(
     table.add_column("")
     table.add_column("naive (SDK defaults, used server)", justify="right")
     table.add_column("guarded (wedgewatch)", justify="right")
-    for label, naive, guarded in table_rows(figures, time_scale):
+    for label, naive, guarded in table_rows(figures):
         table.add_row(label, naive, guarded)
     Console().print(table)
+    typer.echo(footnote(time_scale))
     typer.echo(
         f"ledger: {out / 'ledger.sqlite'}  results: {out / 'results-naive.jsonl'}, "
         f"{out / 'results-guarded.jsonl'}  figures: {out / 'summary.json'}"
