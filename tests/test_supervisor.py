@@ -482,3 +482,23 @@ async def test_external_server_is_watched_and_restarted_only_by_its_hook(
         ("manual", "detached"),
     ]
     assert ext.proc.poll() is None
+
+
+async def test_wait_ready_never_hands_out_a_dead_life(tmp_path: Path, ledger: Ledger) -> None:
+    # A slow scrape interval: the watch loop would notice the death only seconds later, so a
+    # prompt answer can only come from wait_ready checking the process itself.
+    sup, rec = await start(config(tmp_path, scrape_interval=30.0, wedge_window=60.0), ledger)
+    try:
+        first = sup.life_id
+        pid = sup._life.proc.pid if sup._life is not None else None
+        assert pid is not None
+        os.kill(pid, 9)
+        while sup._life is not None and sup._life.proc.poll() is None:
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(sup.wait_ready(), timeout=20)
+        assert sup.life_id != first
+        _, crash = await rec.wait_for("crash", timeout=1)
+        assert crash.detail["life_id"] == first
+    finally:
+        await sup.stop()
+    assert rows(ledger, "SELECT count(*) n FROM events WHERE kind = 'crash'")[0]["n"] == 1
