@@ -109,6 +109,9 @@ async def _serve(
     # Everything imported so far lives as long as the process: keep it out of the collector's
     # full passes, which otherwise stall every stream for tens of milliseconds now and then.
     gc.freeze()
+    # Rows are written from a worker thread; by default it may keep the GIL for 5 ms at a time,
+    # a pause every stream would feel (measured: event-loop lag p99 3-8 ms, 2 ms at 0.5 ms).
+    sys.setswitchinterval(0.0005)
     log.warning("proxy: %s -> %s (records: %s)", url, proxy.upstream.base_url, ledger_path or records)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
