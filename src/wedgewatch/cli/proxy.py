@@ -13,11 +13,18 @@ from typing import Annotated, Any
 import typer
 
 from wedgewatch.cli._app import app
+from wedgewatch.config import WatchdogConfig
 from wedgewatch.errors import BadInput, ConfigError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RECORDS = Path(".wedgewatch/proxy-requests.jsonl")
+
+
+def _d(name: str) -> str:
+    return f"(default {WatchdogConfig.model_fields[name].default:g})"
+
+
 _FLAGS = {
     "ttft_timeout": "--ttft-timeout",
     "stall_timeout": "--stall-timeout",
@@ -51,17 +58,24 @@ def proxy(
     port: Annotated[
         int, typer.Option(help="Port; 0 picks a free one. The first stdout line is 'listening on URL'.")
     ] = 8100,
-    ttft_timeout: Annotated[float | None, typer.Option(help="Seconds to the first token.")] = None,
-    stall_timeout: Annotated[float | None, typer.Option(help="Seconds without a token, mid-stream.")] = None,
+    ttft_timeout: Annotated[
+        float | None, typer.Option(help=f"Seconds to the first token {_d('ttft_timeout')}.")
+    ] = None,
+    stall_timeout: Annotated[
+        float | None, typer.Option(help=f"Seconds without a token, mid-stream {_d('stall_timeout')}.")
+    ] = None,
     min_rate: Annotated[
-        float | None, typer.Option(help="Tokens/s below which a stream trickles (0: off).")
+        float | None, typer.Option(help=f"Tokens/s below which a stream trickles, 0: off {_d('min_rate')}.")
     ] = None,
     rate_window: Annotated[
-        float | None, typer.Option(help="Seconds over which --min-rate is measured.")
+        float | None, typer.Option(help=f"Seconds over which --min-rate is measured {_d('rate_window')}.")
     ] = None,
-    total_timeout: Annotated[float | None, typer.Option(help="Seconds for a whole request.")] = None,
+    total_timeout: Annotated[
+        float | None, typer.Option(help=f"Seconds for a whole request {_d('total_timeout')}.")
+    ] = None,
     passthrough_timeout: Annotated[
-        float | None, typer.Option(help="Seconds for a request that is not a generation.")
+        float | None,
+        typer.Option(help=f"Seconds for a request that is not a generation {_d('passthrough_timeout')}."),
     ] = None,
     ledger: Annotated[Path | None, typer.Option(help="Write request rows into this ledger (SQLite).")] = None,
     records: Annotated[
