@@ -182,7 +182,9 @@ STALLS = [
 async def test_each_stall_is_raised_at_once_without_retry_and_aborted_upstream(
     harness: Factory, kind: str, prompt: str, limits: dict[str, float], field: str, stream: bool
 ) -> None:
-    cfg = WatchdogConfig(**{"ttft_timeout": 1.0, "stall_timeout": 1.0, "min_rate": 0.0, **limits})
+    # ttft_timeout is long unless it is the deadline under test: once tokens flow, the shorter
+    # stall_timeout must take over from it (the first token re-arms the request's timer).
+    cfg = WatchdogConfig(**{"ttft_timeout": 10.0, "stall_timeout": 1.0, "min_rate": 0.0, **limits})
     window = getattr(cfg, field)
     h = await harness(cfg)
     before = await h.stats()

@@ -91,6 +91,14 @@ class Exchange:
     def _arm(self, when: float) -> None:
         self._timer = self._loop.call_later(max(0.0, when - self.ctx.clock()), self._on_timer)
 
+    def _rearm(self) -> None:
+        """The first token moves the deadline from ``ttft_timeout`` to ``stall_timeout``, which
+        can be earlier; after it, deadlines only move later, so a timer that fires early simply
+        re-arms."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._arm(self.watch.deadline()[0])
+
     def _on_timer(self) -> None:
         self._timer = None
         if self._ended:
@@ -242,10 +250,15 @@ class Exchange:
                 eof = True
                 events = parser.close()
             now = clock()
+            had_tokens = self.watch.tokens
             if not self.client_stream:
                 relay.assemble(events, now)
+                if not had_tokens and self.watch.tokens:
+                    self._rearm()
                 continue
             frames = relay.frames(events, now, self.out is not None)
+            if not had_tokens and self.watch.tokens:
+                self._rearm()
             if self.out is None:
                 self._held += frames
                 if not (self.watch.tokens or relay.done or relay.error is not None):
