@@ -1,0 +1,11 @@
+"""Analysis: statistics over the ledger and over other harnesses' result files.
+
+- ``compare``: two runs side by side, the difference in resolved rate with a confidence interval,
+  a paired test on the instances both ran, and infrastructure rates.
+- ``scan``: forensics on result files written by other harnesses: the signature of a client
+  timeout scored as a model failure.
+- ``plan``: factorial designs for ablations of the procedure, one run config per cell, and the
+  main effects of a finished design.
+
+Reads the ledger (and files); imports nothing from the runner but its summary helpers.
+"""
