@@ -69,6 +69,9 @@ def test_sample_size_is_statsmodels_power_spread_over_half_the_cells() -> None:
     assert s["instances_total"] == 16 * s["instances_per_cell"]
     assert s["one_at_a_time_total"] == 5 * n_side
     assert all(c["config"]["suite"]["slice"] == f"0:{s['instances_per_cell']}" for c in plan["cells"])
+    assert plan["notes"] == []
+    small = pl.make_plan(pl.parse(["fresh"]), baseline=0.05, effect=0.05)
+    assert any("the bundled suite has 20" in n for n in small["notes"])
 
 
 def test_run_order_is_a_seeded_permutation() -> None:

@@ -51,4 +51,7 @@ def rate_text(r: dict[str, Any]) -> str:
 
 def points(x: float) -> str:
     """A difference of proportions in percentage points."""
-    return "n/a" if math.isnan(x) else f"{x * 100:+.1f} pts"
+    if math.isnan(x):
+        return "n/a"
+    v = x * 100
+    return f"{0.0 if abs(v) < 0.05 else v:+.1f} pts"  # never "-0.0"

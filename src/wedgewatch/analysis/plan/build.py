@@ -65,8 +65,17 @@ def make_plan(
                 "config": config.model_dump(mode="json", exclude_defaults=True),
             }
         )
-    profile = Config.model_validate(base_cfg).server.profile
+    base_model = Config.model_validate(base_cfg)
+    profile = base_model.server.profile
     notes = [d.note] if d.note else []
+    if base_model.suite.path is None and base_model.suite.dataset is None:
+        from wedgewatch.suites import load_bundled
+
+        if n > (have := len(load_bundled())):
+            notes.append(
+                f"each cell asks for {n} instances but the bundled suite has {have}: give a bigger "
+                "suite in --base (suite.path or suite.dataset), or accept less power"
+            )
     if any(f.name == "fresh" for f in factors) and profile != "sim":
         notes.append(
             f"fresh = off sets server.fresh = false: with the {profile} profile that adopts the server "

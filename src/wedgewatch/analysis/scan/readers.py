@@ -339,9 +339,11 @@ def _wedgewatch_row(fd: FileData, row: dict[str, Any]) -> None:
             fd.path,
             outcome=row.get("outcome"),
             status=f"{row.get('final_status') or ''} {row.get('final_reason') or ''}".strip(),
-            api_error=bool(row.get("api_error")),
+            # An api_error attempt was retried in a fresh sandbox: the final outcome stands on
+            # its own, so the flag is no evidence against it here.
+            api_error=False,
             early_stop=bool(row.get("early_stop")),
-            already_infra=row.get("outcome") == "infra_failed",
+            already_infra=row.get("outcome") in ("infra_failed", "pending"),
         )
     )
     for a in row["attempts"]:

@@ -90,7 +90,9 @@ def scan(paths: list[Path], hints: list[float] | None = None) -> dict[str, Any]:
     in_cluster: set[str] = set()
     for c in found:
         c.explanations = cl.explain(c.center, timeouts)
-        in_cluster |= {samples[i].instance_id for i in c.members}
+        # An attempt the file already counts as infrastructure (wedgewatch's api_error) was
+        # retried: its place in a cluster says nothing against the instance's final outcome.
+        in_cluster |= {samples[i].instance_id for i in c.members if not samples[i].already_infra}
     suspicious, resolved_with_evidence = [], []
     for inst in instances.values():
         kinds = {k for s in inst.statuses if (k := status_kind(s))}
