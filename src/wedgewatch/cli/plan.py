@@ -71,7 +71,7 @@ def plan_cmd(
     if analyse_runs is not None:
         ids = [*analyse_runs, *(runs or [])]
         with open_ledger(ledger) as lg:
-            result = pl.analyse(lg, ids, [f for f in extra if f.path is not None or f.name not in pl.KNOWN])
+            result = pl.analyse(lg, ids, extra)
         typer.echo(json.dumps(result, indent=2, default=str) if json_out else pl.render_text(result))
         return
     if runs:

@@ -116,10 +116,17 @@ def _bandwidth(logs: list[float]) -> float:
     return min(MAX_BANDWIDTH, max(MIN_BANDWIDTH, 0.9 * spread * math.pow(n, -0.2)))
 
 
-def _density(logs: list[float], at: float, h: float) -> float:
-    """Durations per unit of log duration near ``at`` (a Gaussian kernel estimate)."""
-    c = 1.0 / (h * math.sqrt(2 * math.pi))
-    return c * sum(math.exp(-0.5 * ((at - x) / h) ** 2) for x in logs)
+def _densities(logs: list[float], h: float) -> list[float]:
+    """Durations per unit of log duration at each of ``logs`` (a Gaussian kernel estimate),
+    in blocks so that ten thousand durations need neither minutes nor a gigabyte."""
+    import numpy as np
+
+    x = np.asarray(logs, dtype=float)
+    out = np.empty_like(x)
+    for start in range(0, len(x), 1024):
+        z = (x[start : start + 1024, None] - x[None, :]) / h
+        out[start : start + 1024] = np.exp(-0.5 * z * z).sum(axis=1)
+    return [float(v) for v in out / (h * math.sqrt(2 * math.pi))]
 
 
 def find_clusters(durations: list[float], alpha: float = ALPHA) -> list[Cluster]:
@@ -130,7 +137,7 @@ def find_clusters(durations: list[float], alpha: float = ALPHA) -> list[Cluster]
         return []
     logs = [math.log(d) for d, _ in pts]
     h = _bandwidth(logs)
-    dens = [_density(logs, x, h) for x in logs]  # members included: conservative
+    dens = _densities(logs, h)  # members included: conservative
     free = list(range(n))  # positions in pts not yet in a cluster
     found: list[Cluster] = []
     while len(free) >= 3:
