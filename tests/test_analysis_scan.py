@@ -178,17 +178,20 @@ def test_statuses_and_single_timeout_matches(tmp_path: Path) -> None:
             "resolved": False,
         },
         {"instance_id": "flag", "duration": 33.0, "api_error": True, "resolved": False},
+        {"instance_id": "bool", "duration": 50.0, "timed_out": True, "timeout": 600, "resolved": False},
         {"instance_id": "retried", "duration": 1801.3, "error": "", "resolved": False},  # 3 x 600 s, alone
         {"instance_id": "one-try", "duration": 603.0, "error": "", "resolved": False},  # 1 x 600 s: natural?
         {"instance_id": "won", "duration": 1202.0, "error": "Request timed out", "resolved": True},
     ]
     r = scan([_write_jsonl(tmp_path / "mixed.jsonl", rows)])
     sus = {i["instance_id"]: i["evidence"] for i in r["suspicious"]}
-    assert set(sus) == {"conn", "flag", "retried"}
+    assert set(sus) == {"conn", "flag", "retried", "bool"}
+    assert sus["bool"] == ["status:timeout"]
     assert sus["conn"] == ["status:api_error"] and sus["flag"] == ["api_error"]
     assert sus["retried"] == ["timeout_match:3x600s"]
     assert [i["instance_id"] for i in r["resolved_with_evidence"]] == ["won"]
     assert (r["score"]["reclassified"]["k"], r["score"]["reclassified"]["n"]) == (1, 22)
+    assert (r["score"]["as_scored"]["k"], r["score"]["as_scored"]["n"]) == (1, 26)
 
 
 @pytest.mark.parametrize(

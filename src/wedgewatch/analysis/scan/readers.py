@@ -54,6 +54,7 @@ STATUS_KEYS = (
     "stop_reason",
     "termination_reason",
 )
+TIMEOUT_FLAGS = ("timed_out", "is_timeout", "timeout")  # only as booleans: "timeout" may hold seconds
 ID_KEYS = ("instance_id", "id", "task_id", "instance", "name")
 REPORT_LISTS = {
     "resolved_ids": "resolved",
@@ -125,7 +126,7 @@ def expand(paths: list[Path]) -> list[Path]:
 def read(path: Path) -> FileData:
     """Read one file; BadInput naming it when it cannot be read or its shape is unknown."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's CSV often starts with a BOM
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     name = str(path)
@@ -277,7 +278,7 @@ def _truthy(v: Any) -> bool:
 
 
 def _status(row: dict[str, Any]) -> str:
-    parts = []
+    parts = [key for key in TIMEOUT_FLAGS if row.get(key) is True or str(row.get(key)).lower() == "true"]
     for key in STATUS_KEYS:
         v = row.get(key)
         if isinstance(v, str) and v.strip():

@@ -25,7 +25,7 @@ from wedgewatch.analysis.scan import clusters as cl
 from wedgewatch.analysis.scan.readers import FileData, expand, read
 from wedgewatch.analysis.text import points, rate_text, table
 
-TIMEOUT_RE = re.compile(r"time[ds_ -]?out|deadline|\bstall|\bhang\b|\bhung\b", re.IGNORECASE)
+TIMEOUT_RE = re.compile(r"time[ds]?[_ -]?out|deadline|\bstall|\bhang\b|\bhung\b", re.IGNORECASE)
 API_RE = re.compile(
     r"api[ _]?error|api[ _]?connection|connection|internal[ _]?server|service[ _]?unavailable|"
     r"bad[ _]?gateway|gateway|upstream|rate[ _]?limit|overloaded|server_(restarted|down)|"
