@@ -178,6 +178,9 @@ class MiniSweAgent:
     def __init__(self, cfg: AgentConfig) -> None:
         self.cfg = cfg
         self.templates = load_templates(cfg.miniswe_config)
+        # Import mini and litellm now, in the caller's thread: the runner builds one agent before
+        # its worker threads start, and concurrent first imports can see half-built modules.
+        _kit()
 
     def _build(self, task: AgentTask) -> Any:
         agent_cls, model_cls, env_cls = _kit()

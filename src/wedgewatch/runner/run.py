@@ -245,6 +245,12 @@ async def execute(
     try:
         try:
             if todo:  # a resume of a finished run needs no server
+                # Built once here, in the loop's thread: a bad agent fails before a server starts,
+                # and its modules (openai, httpx, litellm) are imported once. Four agent threads
+                # importing them at once can meet a partially initialised module (seen: httpx).
+                from wedgewatch.agents import get_agent
+
+                get_agent(eff.agent.name, eff.agent)
                 if eff.watchdog.enabled:
                     ctx.proxy_url = await proxy.start("127.0.0.1", 0)
                 await sup.start()
