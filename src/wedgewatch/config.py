@@ -170,7 +170,9 @@ class AgentConfig(_Section):
     """mini-swe-agent config whose prompt templates the `mini-swe-agent` agent uses: a bundled
     name (`mini`, mini's own default with tool calls; `swebench`) or a YAML path."""
     timeout: float = Field(3600.0, gt=0)
-    """Seconds a whole attempt may take before it is ended as `harness_error`."""
+    """Seconds a whole attempt may take. An agent still running past it (plus a short grace) is
+    ended `harness_error`; mini-swe-agent checks it between steps and stops `early_stop`/
+    `time_limit`, the command agent is killed (`harness_error`/`agent_timeout`); docs/agents.md."""
 
 
 class SuiteConfig(_Section):
