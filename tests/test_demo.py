@@ -7,6 +7,7 @@ the same fault deterministically, whatever order the four agents' requests arriv
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,10 @@ def test_demo_naive_scores_hangs_as_model_failures_and_guarded_does_not(tmp_path
         assert {"instance_id", "outcome", "api_error", "early_stop", "attempts"} <= json.loads(
             lines[0]
         ).keys()
+
+    # One HTML page with both arms side by side, self-contained.
+    html = (out / "report.html").read_text()
+    assert naive["run_id"] in html and guarded["run_id"] in html
+    assert html.index(">naive ") < html.index(">guarded ")
+    assert "<img" in html and "data:image/png;base64," in html
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)

@@ -29,6 +29,7 @@ from wedgewatch.ledger.store import Ledger
 log = logging.getLogger(__name__)
 
 ARMS = ("naive", "guarded")
+REPORT = "report.html"  # both arms on one page, in out_dir
 # How many requests the naive arm's server is said to have served before the run (the
 # simulator's --preload-age): "a server that had already served another workload".
 USED_SERVER_AGE = 3000
@@ -145,7 +146,22 @@ def run_demo(opts: DemoOptions) -> list[dict[str, Any]]:
             figures.append(arm_figures(ledger, execution.run_id, arm))
             (opts.out_dir / f"results-{arm}.jsonl").write_text(render(ledger, execution.run_id, "results"))
     (opts.out_dir / "summary.json").write_text(json.dumps(figures, indent=2))
+    write_report(Path(cfg.run.ledger), opts.out_dir / REPORT, figures)  # both arms share one ledger
     return figures
+
+
+def write_report(ledger_path: Path, path: Path, figures: list[dict[str, Any]]) -> None:
+    """Both arms on one HTML page, side by side (naive first)."""
+    from wedgewatch.analysis.html import write_html
+
+    with Ledger(ledger_path) as ledger:
+        write_html(
+            ledger,
+            path,
+            [f["run_id"] for f in figures],
+            labels=[f["arm"] for f in figures],
+            title="wedgewatch demo: naive against guarded",
+        )
 
 
 def _secs(x: float | None) -> str:

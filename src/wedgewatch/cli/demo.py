@@ -37,7 +37,7 @@ def demo_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from wedgewatch.demo import DemoOptions, footnote, run_demo, table_rows
+    from wedgewatch.demo import REPORT, DemoOptions, footnote, run_demo, table_rows
 
     if "WEDGEWATCH_LOG" not in os.environ:
         # The table is the demo's output; the supervisor's warnings would interleave with it.
@@ -65,4 +65,5 @@ def demo_cmd(
         f"ledger: {out / 'ledger.sqlite'}  results: {out / 'results-naive.jsonl'}, "
         f"{out / 'results-guarded.jsonl'}  figures: {out / 'summary.json'}"
     )
+    typer.echo(f"report (both arms, open in a browser): {out / REPORT}")
     typer.echo(f"look closer: wedgewatch report --ledger {out / 'ledger.sqlite'} RUN_ID")
