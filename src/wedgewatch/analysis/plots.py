@@ -288,8 +288,9 @@ def survival(curves: Sequence[tuple[str, Survival]]) -> str | None:
         hi = [1.0, *(nan if c[1] is None else c[1] for c in sv.ci95)]
         lo.append(lo[-1])
         hi.append(hi[-1])
-        ax.step(xs, ys, where="post", color=color, lw=2,
-                label=f"{_text(label)}: {len(sv.lives)} lives, {sv.n_failed} failed")  # fmt: skip
+        n = len(sv.lives)
+        legend = f"{_text(label)}: {n} {'life' if n == 1 else 'lives'}, {sv.n_failed} failed"
+        ax.step(xs, ys, where="post", color=color, lw=2, label=legend)
         ax.fill_between(xs, lo, hi, step="post", color=color, alpha=0.18, lw=0)
         cens = [lv.age for lv in sv.lives if not lv.failed]
         ax.plot(cens, [sv.at(a) for a in cens], "+", color=color, ms=10, mew=1.5)

@@ -67,8 +67,8 @@ def _samples(ledger: Ledger, run_id: str, name: str, t0: float) -> list[tuple[st
     )[0][0]
     step = max(1, -(-n // _SAMPLE_LIMIT))
     rows = ledger.query(
-        f"SELECT life_id, ts, value FROM metric_samples WHERE name = ? AND life_id IN ({lives}) "
-        "AND id % ? = 0 ORDER BY ts",
+        "SELECT life_id, ts, value FROM (SELECT life_id, ts, value, ROW_NUMBER() OVER (ORDER BY ts) AS n "
+        f"FROM metric_samples WHERE name = ? AND life_id IN ({lives})) WHERE n % ? = 0 ORDER BY ts",
         (name, run_id, step),
     )
     return [(r[0], r[1] - t0, r[2]) for r in rows]
