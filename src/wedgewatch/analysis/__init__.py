@@ -6,6 +6,8 @@
   timeout scored as a model failure.
 - ``plan``: factorial designs for ablations of the procedure, one run config per cell, and the
   main effects of a finished design.
+- ``survival``: Kaplan–Meier survival of server lives by age (requests, tokens or seconds).
+- ``html``: one self-contained HTML page of one or more runs, with figures from ``plots``.
 
 Reads the ledger (and files); imports nothing from the runner but its summary helpers.
 """
