@@ -355,3 +355,23 @@ def test_a_missing_file_exits_2_from_the_shell(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "nope.json: cannot read" in proc.stderr
+
+
+def test_a_verdict_in_the_status_field_lets_the_score_be_recomputed(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    rows = [
+        {"instance_id": f"r__x-{i}", "status": "unresolved", "duration": 1801.6 + rng.random() * 0.3}
+        for i in range(6)
+    ] + [
+        {
+            "instance_id": f"r__y-{i}",
+            "status": "resolved" if i % 2 else "Unresolved",
+            "duration": rng.lognormvariate(5.5, 0.5),
+        }
+        for i in range(14)
+    ]
+    result = scan([_write_jsonl(tmp_path / "results.jsonl", rows)])
+    score = result["score"]
+    assert score["as_scored"]["k"] == 7 and score["as_scored"]["n"] == 20
+    assert score["infra_reclassified"] == 6
+    assert score["reclassified"]["k"] == 7 and score["reclassified"]["n"] == 14
