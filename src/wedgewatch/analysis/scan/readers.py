@@ -308,7 +308,10 @@ def _rows(name: str, rows: list[Any], kind: str) -> FileData:
             facts.outcome = outcome
         elif "resolved" in row and row["resolved"] not in (None, ""):
             facts.outcome = "resolved" if _truthy(row["resolved"]) else "unresolved"
-        elif isinstance(row.get("status"), str) and row["status"].strip().lower() in ("resolved", "unresolved"):
+        elif isinstance(row.get("status"), str) and row["status"].strip().lower() in (
+            "resolved",
+            "unresolved",
+        ):
             facts.outcome = row["status"].strip().lower()  # many harnesses put the verdict in status
         if "model_patch" in row:
             facts.patch_empty = not str(row["model_patch"] or "").strip()
