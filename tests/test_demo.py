@@ -69,3 +69,29 @@ def test_demo_naive_scores_hangs_as_model_failures_and_guarded_does_not(tmp_path
     assert html.index(">naive ") < html.index(">guarded ")
     assert "<img" in html and "data:image/png;base64," in html
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+
+
+def test_demo_never_removes_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    precious = tmp_path / "notes.txt"
+    precious.write_text("mine")
+    r = subprocess.run(
+        [sys.executable, "-m", "wedgewatch", "demo", "--out", str(tmp_path), "--instances", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--out" in lines[0]
+    assert precious.read_text() == "mine"
+
+
+def test_a_directory_an_earlier_demo_made_is_replaced(tmp_path: Path) -> None:
+    from wedgewatch.demo import MARKER, prepare_out_dir
+
+    out = tmp_path / "demo"
+    prepare_out_dir(out)
+    (out / "stale.jsonl").write_text("from the last demo")
+    prepare_out_dir(out)
+    assert (out / MARKER).is_file()
+    assert not (out / "stale.jsonl").exists()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.config import Config, validate
+from wedgewatch.errors import BadInput
 from wedgewatch.ledger.store import Ledger
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,12 @@ def arm_figures(ledger: Ledger, run_id: str, arm: str) -> dict[str, Any]:
         "FROM attempt_view WHERE run_id = ? AND status = 'api_error'",
         (run_id,),
     )[0]
+    # Instances whose attempts all failed with at least one API error (not a harness crash).
+    hung_instances = ledger.query(
+        "SELECT COUNT(*) FROM instance_outcomes WHERE run_id = ? AND outcome = 'infra_failed' "
+        "AND n_api_error > 0",
+        (run_id,),
+    )[0][0]
     model_failures = o["unresolved"] + o["empty_patch"] + o["early_stop"]
     # The naive harness has no other column: whatever is not resolved is the model's failure.
     scored_failures = s["instances"] - o["resolved"] if arm == "naive" else model_failures
@@ -116,7 +123,7 @@ def arm_figures(ledger: Ledger, run_id: str, arm: str) -> dict[str, Any]:
         "early_stop": o["early_stop"],
         "infra_failed": o["infra_failed"],
         "scored_as_model_failures": scored_failures,
-        "hangs_scored_as_model_failures": o["infra_failed"] if arm == "naive" else 0,
+        "hangs_scored_as_model_failures": hung_instances if arm == "naive" else 0,
         "api_errors": int(hangs["n"]),
         "stalls": sum(s["stalls"].values()),
         "restarts": s["server"]["restarts"],
@@ -127,15 +134,31 @@ def arm_figures(ledger: Ledger, run_id: str, arm: str) -> dict[str, Any]:
     }
 
 
+MARKER = ".wedgewatch-demo"
+
+
+def check_out_dir(out: Path) -> None:
+    """A demo starts clean, but only ever removes a directory an earlier demo made (it holds the
+    marker file): ``--out .`` or ``--out ~`` must not cost anyone their files."""
+    if out.exists() and not (out / MARKER).is_file() and (not out.is_dir() or any(out.iterdir())):
+        raise BadInput(f"--out: {out} exists and was not made by wedgewatch demo; choose another directory")
+
+
+def prepare_out_dir(out: Path) -> None:
+    check_out_dir(out)
+    if (out / MARKER).is_file():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("made by wedgewatch demo; the next demo run replaces this directory\n")
+
+
 def run_demo(opts: DemoOptions) -> list[dict[str, Any]]:
     """Run both arms one after the other (side by side would share two cores and blur the
     timings) and write their ledger and results into ``opts.out_dir``."""
     from wedgewatch.runner import main as runner_main
     from wedgewatch.runner.export import render
 
-    if opts.out_dir.exists():
-        shutil.rmtree(opts.out_dir)  # a demo starts clean; a real run's ledger is never removed
-    opts.out_dir.mkdir(parents=True)
+    prepare_out_dir(opts.out_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     figures = []
     for arm in ARMS:

@@ -37,12 +37,13 @@ def demo_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from wedgewatch.demo import REPORT, DemoOptions, footnote, run_demo, table_rows
+    from wedgewatch.demo import REPORT, DemoOptions, check_out_dir, footnote, run_demo, table_rows
 
     if "WEDGEWATCH_LOG" not in os.environ:
         # The table is the demo's output; the supervisor's warnings would interleave with it.
         logging.getLogger("wedgewatch").setLevel(logging.ERROR)
     opts = DemoOptions(out_dir=out, seed=seed, time_scale=time_scale, instances=instances, scenario=scenario)
+    check_out_dir(out)  # before anything is printed: a refusal is one line
     console = Console(stderr=True)
     if not json_out:
         console.print(
