@@ -225,3 +225,18 @@ def test_a_same_size_edit_within_a_second_runs_the_new_code(tmp_path: Path, inst
         assert not (box.path / "__pycache__").exists()
     finally:
         box.close()
+
+
+def test_a_relative_root_works(
+    tmp_path: Path, instance: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    box = LocalSandbox.create(instance, Path("boxes"))
+    try:
+        assert box.path.is_absolute() and box.path.is_relative_to(tmp_path / "boxes")
+        res = box.run("git rev-parse HEAD", timeout=30)
+        assert res.exit_code == 0 and res.output.strip() == instance["base_commit"]
+        box.run("echo hi >> NEWFILE", timeout=30)
+        assert "NEWFILE" in box.diff()
+    finally:
+        box.close()

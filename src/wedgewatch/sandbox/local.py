@@ -80,8 +80,11 @@ class LocalSandbox:
         exists, else materialised from the bundled suite. SandboxError when neither works."""
         iid = str(instance.get("instance_id", "instance"))
         base = str(instance.get("base_commit") or "")
+        # Commands run with the sandbox as their working directory: a relative root would point
+        # somewhere else from there.
+        root = Path(root).resolve()
         try:
-            Path(root).mkdir(parents=True, exist_ok=True)
+            root.mkdir(parents=True, exist_ok=True)
             top = Path(tempfile.mkdtemp(prefix=f"{_safe(iid)}-", dir=root))
         except OSError as exc:
             raise SandboxError(f"cannot create a sandbox under {root}: {exc}") from exc
