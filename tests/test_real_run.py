@@ -171,8 +171,8 @@ def test_sigkill_mid_request_restarts_and_retries_in_a_fresh_sandbox(tmp_path: P
     }
     assert len(lives) == 2, story
     assert lives[0]["life_id"] == killed["life_id"]
-    assert lives[0]["end_reason"] == "crash" and lives[0]["exit_code"] == -signal.SIGKILL
-    assert lives[1]["start_reason"] == "crash" and lives[1]["ready_at"] is not None
+    assert lives[0]["end_reason"] == "crash" and lives[0]["exit_code"] == -signal.SIGKILL, story
+    assert lives[1]["start_reason"] == "crash" and lives[1]["ready_at"] is not None, story
     crash = rows(ledger, "SELECT * FROM events WHERE kind = 'crash'")
     assert len(crash) == 1 and crash[0]["life_id"] == killed["life_id"]
 

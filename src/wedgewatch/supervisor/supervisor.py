@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 _AUTO_PORT_RETRIES = 3
 
 
+# Polls, 50 ms apart, for a process whose canary failed to show up as dead before it is a wedge.
+DEATH_GRACE_POLLS = 10
+
+
 class Supervisor:
     """Starts, watches and restarts one server; implements ``protocols.Upstream``."""
 
@@ -363,8 +367,16 @@ class Supervisor:
                 return
             res = await self.starter.canary(life)
             self.rec.event("canary", {**res.as_dict(), "trigger": trigger}, life)
-            if res.ok or life.ended or life.proc.poll() is not None:
-                return  # a dead process is the crash path's business
+            if res.ok or life.ended:
+                return
+            # A killed server closes its sockets a few milliseconds before it can be reaped, so a
+            # refused canary may come from a process not yet seen dead: that is a crash, not a wedge.
+            for _ in range(DEATH_GRACE_POLLS):
+                code = life.proc.poll()
+                if code is not None:
+                    self._crash_seen(life, code)
+                    return
+                await asyncio.sleep(0.05)
             evidence = {
                 "source": "canary",
                 "canary": res.as_dict(),
