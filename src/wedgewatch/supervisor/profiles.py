@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wedgewatch.config import ServerConfig
@@ -113,29 +113,21 @@ def _llamacpp_lora(mods: Mapping[str, str]) -> Argv:
     return ["--lora", ",".join(mods.values())]
 
 
-_VLLM_SERIES = {
-    "token_counters": ("vllm:generation_tokens_total", "vllm:prompt_tokens_total"),
-    "running_gauge": "vllm:num_requests_running",
-    "waiting_gauge": "vllm:num_requests_waiting",
-}
+_VLLM = Profile(
+    "vllm",
+    _vllm,
+    token_counters=("vllm:generation_tokens_total", "vllm:prompt_tokens_total"),
+    running_gauge="vllm:num_requests_running",
+    waiting_gauge="vllm:num_requests_waiting",
+    arg_sets={"hybrid-safe": HYBRID_SAFE_VLLM},
+    lora=_vllm_lora,
+    concurrency_flags=("--max-num-seqs",),
+)
 
 REGISTRY: dict[str, Profile] = {
-    "vllm": Profile(
-        "vllm",
-        _vllm,
-        arg_sets={"hybrid-safe": HYBRID_SAFE_VLLM},
-        lora=_vllm_lora,
-        concurrency_flags=("--max-num-seqs",),
-        **_VLLM_SERIES,  # type: ignore[arg-type]
-    ),
-    "sim": Profile(
-        "sim",
-        _sim,
-        arg_sets={"hybrid-safe": HYBRID_SAFE_VLLM},
-        lora=_vllm_lora,
-        concurrency_flags=("--max-num-seqs",),
-        **_VLLM_SERIES,  # type: ignore[arg-type]
-    ),
+    "vllm": _VLLM,
+    # The simulator takes vLLM's flags and exposes vLLM's series: the same profile, another launcher.
+    "sim": replace(_VLLM, name="sim", build=_sim),
     "sglang": Profile(
         "sglang",
         _sglang,
@@ -163,7 +155,15 @@ REGISTRY: dict[str, Profile] = {
         concurrency_flags=("-np", "--parallel"),
     ),
     "command": Profile("command", _command),
-    "external": Profile("external", None, owned=False, **_VLLM_SERIES),  # type: ignore[arg-type]
+    # Watched like vLLM unless the config names other series; never launched or stopped by us.
+    "external": Profile(
+        "external",
+        None,
+        token_counters=_VLLM.token_counters,
+        running_gauge=_VLLM.running_gauge,
+        waiting_gauge=_VLLM.waiting_gauge,
+        owned=False,
+    ),
 }
 
 
