@@ -50,6 +50,14 @@ class Upstream:
         body = await request.json()
         self.seen.append((dict(request.headers), body))
         word = body["messages"][-1]["content"]
+        if word == "DROP" or (word == "DROP_ONCE" and len(self.seen) == 1):
+            # The connection closes unanswered, as a server's keep-alive timer closes an idle
+            # connection just as the proxy writes a request on it.
+            assert request.transport is not None
+            request.transport.close()
+            await asyncio.sleep(3600)  # cancelled at once: the connection is gone
+        if word == "DROP_ONCE":
+            word = "CRLF"
         if word == "HANG":  # not even headers: a server wedged before it answers
             try:
                 await asyncio.sleep(3600)
@@ -235,3 +243,25 @@ async def test_a_server_that_never_sends_headers_is_a_stall_ttft_and_is_hung_up_
     assert len(up.seen) == 1  # and the SDK did not retry
     assert _outcomes(ledger) == [("stall_ttft", 503)]
     assert [e.kind for e in events] == ["stall"]
+
+
+async def test_a_connection_closed_unanswered_is_tried_once_more(setup: Factory) -> None:
+    proxy, up, ledger, _ = await setup()
+    res = await _client(proxy).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "DROP_ONCE"}]
+    )
+    assert res.choices[0].message.content == "Hello there"
+    assert len(up.seen) == 2
+    assert _outcomes(ledger) == [("ok", 200)]
+
+
+async def test_a_server_that_always_closes_unanswered_is_tried_twice_then_a_502(setup: Factory) -> None:
+    proxy, up, ledger, _ = await setup()
+    with pytest.raises(openai.APIStatusError) as info:
+        await _client(proxy).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "DROP"}]
+        )
+    assert info.value.status_code == 502
+    assert "ServerDisconnectedError" in str(info.value)
+    assert len(up.seen) == 2
+    assert _outcomes(ledger) == [("connection", 502)]

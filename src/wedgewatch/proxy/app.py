@@ -79,7 +79,9 @@ class Proxy:
         return sum(1 for ex in self._ctx.inflight.values() if ex.attempt_id == attempt_id)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30)
+        # Under the 5 s after which uvicorn (vLLM, SGLang) and llama.cpp close an idle connection,
+        # so the proxy seldom writes on one the server is closing.
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=4)
         session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),  # the watchdog owns deadlines

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 _CLIENT_GONE = (ConnectionError, aiohttp.ClientConnectionResetError)
 _UPSTREAM_FAILED = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+_STALE_CONNECTION = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
 class _Stalled(Exception):
@@ -186,9 +187,20 @@ class Exchange:
         url = (
             self.base_url + self.path + (f"?{self.request.query_string}" if self.request.query_string else "")
         )
-        self._fetch = asyncio.ensure_future(self.ctx.session.post(url, data=payload, headers=headers))
         try:
-            self._resp = await self._fetch
+            for tries_left in (1, 0):
+                self._fetch = asyncio.ensure_future(self.ctx.session.post(url, data=payload, headers=headers))
+                try:
+                    resp = await self._fetch
+                    break
+                except _STALE_CONNECTION as exc:
+                    # A kept-alive connection the server closed as we wrote on it (uvicorn and
+                    # llama.cpp drop idle ones after 5 s). No byte came back, and a generation
+                    # changes nothing on the server, so it may be sent again (RFC 9110 9.2.2).
+                    refused = isinstance(exc, aiohttp.ClientConnectorError)
+                    if refused or not tries_left or self.stall is not None:
+                        raise
+                    log.info("%s: upstream closed the connection unanswered (%s)", self.request_id, exc)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if self.stall is None or (task is not None and task.cancelling()):
@@ -196,9 +208,10 @@ class Exchange:
             raise _Stalled from None
         finally:
             self._fetch = None
+        self._resp = resp
         if self.stall is not None:  # the deadline passed as the headers arrived
             raise _Stalled
-        return self._resp
+        return resp
 
     async def _upstream_status(self, resp: aiohttp.ClientResponse) -> web.StreamResponse:
         data = await resp.read()
