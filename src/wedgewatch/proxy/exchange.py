@@ -39,6 +39,7 @@ from wedgewatch.proxy.records import (
     upstream_http,
 )
 from wedgewatch.proxy.relay import Relay, decode
+from wedgewatch.proxy.upstream import post
 from wedgewatch.proxy.watch import Stall, Watch
 from wedgewatch.sse import SSEParser, encode_data
 
@@ -46,7 +47,6 @@ log = logging.getLogger(__name__)
 
 _CLIENT_GONE = (ConnectionError, aiohttp.ClientConnectionResetError)
 _UPSTREAM_FAILED = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
-_STALE_CONNECTION = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
 class _Stalled(Exception):
@@ -187,20 +187,9 @@ class Exchange:
         url = (
             self.base_url + self.path + (f"?{self.request.query_string}" if self.request.query_string else "")
         )
+        self._fetch = asyncio.ensure_future(post(self.ctx.session, url, payload, headers, self.request_id))
         try:
-            for tries_left in (1, 0):
-                self._fetch = asyncio.ensure_future(self.ctx.session.post(url, data=payload, headers=headers))
-                try:
-                    resp = await self._fetch
-                    break
-                except _STALE_CONNECTION as exc:
-                    # A kept-alive connection the server closed as we wrote on it (uvicorn and
-                    # llama.cpp drop idle ones after 5 s). No byte came back, and a generation
-                    # changes nothing on the server, so it may be sent again (RFC 9110 9.2.2).
-                    refused = isinstance(exc, aiohttp.ClientConnectorError)
-                    if refused or not tries_left or self.stall is not None:
-                        raise
-                    log.info("%s: upstream closed the connection unanswered (%s)", self.request_id, exc)
+            self._resp = await self._fetch
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if self.stall is None or (task is not None and task.cancelling()):
@@ -208,10 +197,9 @@ class Exchange:
             raise _Stalled from None
         finally:
             self._fetch = None
-        self._resp = resp
         if self.stall is not None:  # the deadline passed as the headers arrived
             raise _Stalled
-        return resp
+        return self._resp
 
     async def _upstream_status(self, resp: aiohttp.ClientResponse) -> web.StreamResponse:
         data = await resp.read()
