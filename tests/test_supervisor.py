@@ -502,3 +502,46 @@ async def test_wait_ready_never_hands_out_a_dead_life(tmp_path: Path, ledger: Le
     finally:
         await sup.stop()
     assert rows(ledger, "SELECT count(*) n FROM events WHERE kind = 'crash'")[0]["n"] == 1
+
+
+LINGERING_CRASH = """
+[[fault]]
+when.contains = "CRASH"
+action = "crash"
+exit_code = 3
+after_tokens = 1
+exit_delay = 7.0  # 0.35 s at time scale 20: sockets closed, process not yet reapable
+"""
+
+
+async def test_a_refused_canary_from_a_dying_server_is_a_crash_not_a_wedge(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    # The race CI once met: the server's sockets close before its process can be reaped, and a
+    # proxy event in that gap sends a canary that is refused. Slow scrapes, so only the canary
+    # path can decide.
+    sup, rec = await start(config(tmp_path, LINGERING_CRASH, scrape_interval=30.0, wedge_window=60.0), ledger)
+    proxy_bus = EventBus()
+    sup.attach(proxy_bus)
+    try:
+        first = sup.life_id
+        assert sup._life is not None
+        proc = sup._life.proc
+        await stream(sup.base_url, "CRASH please")  # ends as the sockets close
+        assert proc.poll() is None, "the process must still be alive when the canary is refused"
+        proxy_bus.publish(Event("stall", {"life_id": first, "outcome": "stall_midstream"}))
+        _, crash = await rec.wait_for("crash", timeout=5)
+        assert crash.detail["exit_code"] == 3 and crash.detail["life_id"] == first
+        await _next_ready(rec, first)
+    finally:
+        await sup.stop()
+    canaries = [
+        json.loads(r["detail_json"])
+        for r in rows(ledger, "SELECT detail_json FROM events WHERE kind = 'canary'")
+    ]
+    assert [c["ok"] for c in canaries] == [False], canaries
+    assert "wedge" not in rec.kinds()
+    lives = rows(
+        ledger, "SELECT start_reason, end_reason, exit_code FROM server_life_view ORDER BY started_at"
+    )
+    assert lives[0] == {"start_reason": "run_start", "end_reason": "crash", "exit_code": 3}

@@ -178,6 +178,7 @@ class Engine:
         self.wedged_at: float | None = None
         self.wedge_cause = ""
         self.ready_at = 0.0
+        self.listener: asyncio.Server | None = None  # closed first by a lingering crash
         self.started = time.time()
         self._queue: deque[asyncio.Future[None]] = deque()
         self._prefixes: set[int] = set()

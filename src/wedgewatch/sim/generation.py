@@ -12,7 +12,9 @@ import asyncio
 import logging
 import math
 import os
+import socket
 import sys
+import time
 
 from aiohttp import web
 
@@ -205,6 +207,14 @@ class Generation:
                 return
             await asyncio.sleep(0.005)
 
+    def _close_sockets(self) -> None:
+        """Refuse new connections and end this one now, not when the loop next runs."""
+        if self.e.listener is not None:
+            self.e.listener.close()
+        sock = self.request.transport.get_extra_info("socket") if self.request.transport else None
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+
     async def _strike(self, action: str) -> None:
         """Apply a fault at its boundary; never returns (the request ends by cancellation)."""
         fault = self.fault
@@ -219,9 +229,13 @@ class Generation:
         elif action == "crash":
             await self._flush()
             code = fault.exit_code if fault is not None else 1
-            log.error("fault: crashing with exit code %d", code)
+            delay = fault.exit_delay / self.e.scale if fault is not None else 0.0
+            log.error("fault: crashing with exit code %d in %.3f s", code, delay)
             for h in logging.getLogger().handlers:
                 h.flush()
             sys.stderr.flush()
+            if delay:
+                self._close_sockets()
+                time.sleep(delay)  # blocks the loop: a dying process answers nothing
             os._exit(code)
         await self._stall()

@@ -44,6 +44,9 @@ class Fault(_Strict):
     """http_error: the status answered."""
     exit_code: int = Field(1, ge=0, le=255)
     """crash: the process's exit code."""
+    exit_delay: float = Field(0.0, ge=0)
+    """crash: seconds between the server's sockets closing and the process exiting, in which it
+    answers nothing and cannot yet be reaped (a server that takes a moment to die); 0 = at once."""
 
 
 class Startup(_Strict):

@@ -184,6 +184,7 @@ async def _serve(opts: SimOptions, scenario: Scenario, on_listening: Callable[[s
     server = site._server
     assert isinstance(server, asyncio.base_events.Server)
     port = server.sockets[0].getsockname()[1]
+    engine.listener = server
     engine.ready_at = loop.time() + scenario.startup.unready_seconds / opts.time_scale
     host = "127.0.0.1" if opts.host in ("", "0.0.0.0") else opts.host
     on_listening(f"http://{host}:{port}")
