@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,6 +42,8 @@ def test_the_cli_proxy_watches_records_jsonl_and_never_logs_the_key(
             model="sim-model", messages=[{"role": "user", "content": "hi"}], max_tokens=4
         )
         assert res.usage is not None and res.usage.completion_tokens == 4
+        status = json.loads(urllib.request.urlopen(proxy.url + "/wedgewatch/status", timeout=5).read())
+        assert status["loop"] == "uvloop" and status["in_flight"] == []
         t0 = time.monotonic()
         with pytest.raises(openai.InternalServerError) as info:
             client.chat.completions.create(
@@ -53,7 +56,9 @@ def test_the_cli_proxy_watches_records_jsonl_and_never_logs_the_key(
     finally:
         proxy.stop()
     log = proxy.log()
-    assert "DEBUG" in log and "stall_ttft" in log  # it did log, at debug level
+    # It did log, at debug level, each request (the healthy one too) with its attempt.
+    assert "DEBUG wedgewatch.proxy.exchange: request" in log and "(attempt cli-1): ok" in log
+    assert "(attempt cli-1): stall_ttft" in log
     assert KEY not in log and KEY not in records.read_text()
 
 

@@ -1,6 +1,13 @@
-"""The typer application every command module registers on."""
+"""The typer application every command module registers on, and the event loop servers run on."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import typer
+
+T = TypeVar("T")
 
 app = typer.Typer(
     name="wedgewatch",
@@ -12,3 +19,16 @@ app = typer.Typer(
     # Plain click help: it rewraps docstrings and never cuts long flag names at 80 columns.
     rich_markup_mode=None,
 )
+
+
+def serve_forever(main: Coroutine[Any, Any, T]) -> T:
+    """Run a long-lived server (the proxy, ``serve``) on uvloop where it is installed, as vLLM's
+    API server does: at 64 streams it cut the proxy's added inter-token p99 from about 2.1 to
+    1.3 ms (docs/benchmarks.md)."""
+    try:
+        import uvloop
+    except ImportError:  # Windows: uvloop does not build there
+        import asyncio
+
+        return asyncio.run(main)
+    return uvloop.run(main)

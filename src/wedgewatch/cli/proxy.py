@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from wedgewatch.cli._app import app
+from wedgewatch.cli._app import app, serve_forever
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.errors import BadInput, ConfigError
 
@@ -101,7 +101,7 @@ def proxy(
             "passthrough_timeout": passthrough_timeout,
         }
     )
-    asyncio.run(
+    serve_forever(
         _serve(upstream, host, port, watchdog, ledger, records or (None if ledger else DEFAULT_RECORDS))
     )
 

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from wedgewatch.cli._app import app
+from wedgewatch.cli._app import app, serve_forever
 from wedgewatch.config import Config, load_config
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def serve(
 
     cfg = load_config(config)
     profiles.check(cfg.server, str(config))
-    code = asyncio.run(_serve(cfg, host, port, ledger or Path(cfg.run.ledger)))
+    code = serve_forever(_serve(cfg, host, port, ledger or Path(cfg.run.ledger)))
     if code:
         raise typer.Exit(code)
 

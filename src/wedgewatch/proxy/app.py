@@ -7,6 +7,7 @@ other request passes through. ``/wedgewatch/metrics`` and ``/wedgewatch/status``
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -172,5 +173,6 @@ class Proxy:
         return {
             "upstream": self.upstream.base_url,
             "watchdog": self.watchdog.model_dump(),
+            "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],  # asyncio or uvloop
             "in_flight": rows,
         }

@@ -389,8 +389,16 @@ class Exchange:
         elif is_infra_outcome(outcome):
             ev_detail.update(reason=outcome, status=status, message=detail.get("error"))
             self.ctx.bus.publish(Event("upstream_error", ev_detail, self.attempt_id))
-        if outcome != OK:
-            log.info("request %s %s: %s", self.request_id, self.path, outcome)
+        log.log(
+            logging.DEBUG if outcome == OK else logging.INFO,
+            "request %s %s (attempt %s): %s, %d tokens in %.3f s",
+            self.request_id,
+            self.path,
+            self.attempt_id,
+            outcome,
+            watch.tokens,
+            duration,
+        )
         row = request_row(
             request_id=self.request_id,
             attempt_id=self.attempt_id,
