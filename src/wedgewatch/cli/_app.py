@@ -23,8 +23,8 @@ app = typer.Typer(
 
 def serve_forever(main: Coroutine[Any, Any, T]) -> T:
     """Run a long-lived server (the proxy, ``serve``) on uvloop where it is installed, as vLLM's
-    API server does: at 64 streams it cut the proxy's added inter-token p99 from about 2.1 to
-    1.3 ms (docs/benchmarks.md)."""
+    API server does: at 64 streams the proxy's added inter-token p99 went from a median of 2.1 ms
+    to 1.8 ms (docs/benchmarks.md)."""
     try:
         import uvloop
     except ImportError:  # Windows: uvloop does not build there
