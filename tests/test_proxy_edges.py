@@ -100,6 +100,23 @@ class Upstream:
         await resp.write_eof()
         return resp
 
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        """An endpoint the proxy does not watch, streaming: one event every 0.4 s; "STALL" stops
+        after the first."""
+        body = await request.json()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(4):
+            if i:
+                await asyncio.sleep(3600 if body["input"] == "STALL" else 0.4)
+            await resp.write(_sse({"type": "response.output_text.delta", "delta": f"w{i}"}))
+        await resp.write_eof()
+        return resp
+
+    async def slow_read(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        return web.Response()
+
 
 Factory = Callable[..., Awaitable[tuple[Proxy, Upstream, Ledger, list[Event]]]]
 
@@ -109,10 +126,12 @@ async def setup(tmp_path: Path) -> AsyncIterator[Factory]:
     runners: list[web.AppRunner] = []
     proxies: list[Proxy] = []
 
-    async def make() -> tuple[Proxy, Upstream, Ledger, list[Event]]:
+    async def make(**watchdog: float) -> tuple[Proxy, Upstream, Ledger, list[Event]]:
         up = Upstream()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", up.handle)
+        app.router.add_post("/v1/responses", up.responses)
+        app.router.add_get("/v1/slow", up.slow_read)
         runner = web.AppRunner(app, handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -125,7 +144,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Factory]:
         bus.subscribe(events.append)
         proxy = Proxy(
             f"http://127.0.0.1:{port}/v1",
-            WatchdogConfig(ttft_timeout=2, stall_timeout=2),
+            WatchdogConfig(**{"ttft_timeout": 2, "stall_timeout": 2, **watchdog}),
             ledger=ledger,
             bus=bus,
         )
@@ -265,3 +284,35 @@ async def test_a_server_that_always_closes_unanswered_is_tried_twice_then_a_502(
     assert "ServerDisconnectedError" in str(info.value)
     assert len(up.seen) == 2
     assert _outcomes(ledger) == [("connection", 502)]
+
+
+async def test_an_unwatched_endpoint_streams_through_past_the_passthrough_deadline(setup: Factory) -> None:
+    proxy, _, _, _ = await setup(passthrough_timeout=0.5)
+    arrived: list[tuple[float, bytes]] = []
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(proxy.url + "/v1/responses", json={"model": "m", "input": "go", "stream": True}) as r,
+    ):
+        assert r.status == 200
+        async for chunk in r.content.iter_any():
+            arrived.append((time.monotonic(), chunk))
+    body = b"".join(c for _, c in arrived)
+    assert [json.loads(line[6:])["delta"] for line in body.split(b"\n\n") if line] == ["w0", "w1", "w2", "w3"]
+    # Relayed as it came, not buffered: the first event was out long before the last was written.
+    assert arrived[-1][0] - arrived[0][0] > 0.8
+
+
+async def test_a_read_keeps_the_short_deadline_and_a_stalled_post_is_cut_at_total_timeout(
+    setup: Factory,
+) -> None:
+    proxy, _, _, _ = await setup(passthrough_timeout=0.3, total_timeout=1.5)
+    async with aiohttp.ClientSession() as s:
+        async with s.get(proxy.url + "/v1/slow") as r:
+            assert r.status == 504
+            assert (await r.json())["error"]["code"] == "timeout"
+        t0 = time.monotonic()
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with s.post(proxy.url + "/v1/responses", json={"model": "m", "input": "STALL"}) as r:
+                assert r.status == 200
+                await r.read()
+        assert time.monotonic() - t0 >= 1.4  # not the 0.3 s of a read

@@ -46,7 +46,8 @@ class WatchdogConfig(_Section):
     """Seconds for the whole request before `total_timeout`: the story's client deadline (a normal
     generation took about 90 s)."""
     passthrough_timeout: float = Field(10.0, gt=0)
-    """Deadline for requests that are not generations (/v1/models, /health, /metrics, ...)."""
+    """Deadline for the reads (GET, HEAD) the proxy passes through: /v1/models, /health, /metrics.
+    Other requests it does not watch (/tokenize, /v1/responses, ...) get total_timeout."""
 
 
 class WarmupConfig(_Section):

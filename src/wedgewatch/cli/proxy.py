@@ -75,7 +75,9 @@ def proxy(
     ] = None,
     passthrough_timeout: Annotated[
         float | None,
-        typer.Option(help=f"Seconds for a request that is not a generation {_d('passthrough_timeout')}."),
+        typer.Option(
+            help=f"Seconds for a read passed through: /v1/models, /health, /metrics {_d('passthrough_timeout')}."
+        ),
     ] = None,
     ledger: Annotated[Path | None, typer.Option(help="Write request rows into this ledger (SQLite).")] = None,
     records: Annotated[

@@ -1,13 +1,24 @@
-"""Every request that is not a generation (``/v1/models``, ``/health``, ``/metrics``, ``/version``,
-``/tokenize``, ...) goes upstream as it came, under ``passthrough_timeout``. Bodies are relayed
-undecoded; an upstream that cannot be reached gets a non-retryable OpenAI-shaped error."""
+"""Every request that is not a watched generation (``/v1/models``, ``/health``, ``/metrics``,
+``/tokenize``, ``/v1/responses``, ``/v1/embeddings``, ...) goes upstream as it came.
+
+Bodies are relayed undecoded and as they arrive, so a streaming endpoint the proxy does not watch
+still streams. A read (GET, HEAD) has ``passthrough_timeout``; anything else may be a generation
+the proxy cannot see into, so it gets the whole-request deadline, ``total_timeout``, instead of
+being cut at 10 s. An upstream that cannot be reached gets a non-retryable OpenAI-shaped error.
+"""
 
 from __future__ import annotations
+
+import logging
 
 import aiohttp
 from aiohttp import web
 
 from wedgewatch.proxy.context import Context, client_headers, error_object, error_response, upstream_headers
+
+log = logging.getLogger(__name__)
+
+_READS = frozenset({"GET", "HEAD"})
 
 
 async def passthrough(ctx: Context, request: web.Request, path: str) -> web.StreamResponse:
@@ -15,22 +26,40 @@ async def passthrough(ctx: Context, request: web.Request, path: str) -> web.Stre
     if request.query_string:
         url += "?" + request.query_string
     data = await request.read() if request.can_read_body else None
-    timeout = aiohttp.ClientTimeout(total=ctx.cfg.passthrough_timeout)
+    deadline = ctx.cfg.passthrough_timeout if request.method in _READS else ctx.cfg.total_timeout
+    out: web.StreamResponse | None = None
     try:
         async with ctx.session.request(
             request.method,
             url,
             data=data,
             headers=upstream_headers(request.headers),
-            timeout=timeout,
+            timeout=aiohttp.ClientTimeout(total=deadline),
             auto_decompress=False,
             allow_redirects=False,
         ) as resp:
-            body = await resp.read()
-            return web.Response(status=resp.status, body=body, headers=client_headers(resp.headers))
+            out = web.StreamResponse(status=resp.status, headers=client_headers(resp.headers))
+            await out.prepare(request)
+            async for chunk in resp.content.iter_any():
+                await out.write(chunk)
+            await out.write_eof()
+            return out
     except TimeoutError:
-        msg = f"upstream did not answer {request.method} {path} within {ctx.cfg.passthrough_timeout:g} s"
-        return error_response(504, error_object("upstream_error", "timeout", msg))
+        msg = f"upstream did not finish {request.method} {path} within {deadline:g} s"
+        return _failed(request, out, 504, "timeout", msg)
     except (aiohttp.ClientError, OSError) as exc:
         msg = f"upstream connection failed on {request.method} {path}: {type(exc).__name__}: {exc}"
-        return error_response(502, error_object("upstream_error", "connection", msg))
+        return _failed(request, out, 502, "connection", msg)
+
+
+def _failed(
+    request: web.Request, out: web.StreamResponse | None, status: int, code: str, message: str
+) -> web.StreamResponse:
+    if out is None:
+        return error_response(status, error_object("upstream_error", code, message))
+    # The answer had begun: close the connection before its last chunk, which every HTTP client
+    # reads as a cut body, not a complete one.
+    log.info("passthrough cut: %s", message)
+    if request.transport is not None:
+        request.transport.close()
+    return out
