@@ -156,3 +156,34 @@ def test_malformed_suite_line_on_the_cli_leaves_the_ledger_as_it_was(tmp_path: P
     assert len(lines) == 1 and lines[0].startswith(f"wedgewatch: error: {suite}:2: not valid JSON"), lines
     with Ledger(ledger) as lg:
         assert dump(lg) == before
+
+
+def test_an_instance_without_a_repository_stops_the_run_before_it_starts(tmp_path: Path) -> None:
+    from ledger_helpers import add_attempt, dump, make_run
+    from wedgewatch.ledger import Ledger
+
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as lg:
+        make_run(lg, "earlier", ["a"])
+        add_attempt(lg, "earlier", "a", 1, "submitted", patch="x", resolved=1)
+        before = dump(lg)
+    mirrors = tmp_path / "mirrors"
+    (mirrors / "owner__proj").mkdir(parents=True)  # owner/proj has a mirror; other/gone has none
+    suite = write_jsonl(
+        tmp_path / "s.jsonl",
+        [record("ok-1"), record("gone-1", repo="other/gone"), record("gone-2", repo="other/gone")],
+    )
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[suite]\npath = "{suite}"\nrepos_dir = "{mirrors}"\n[run]\nledger = "{ledger}"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "wedgewatch", "run", str(cfg)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        f"wedgewatch: error: {suite}: 2 instance(s) have no repository, the first gone-1"
+    )
+    assert str(mirrors / "other__gone") in lines[0]
+    with Ledger(ledger) as lg:
+        assert dump(lg) == before  # no run started, nothing rewritten

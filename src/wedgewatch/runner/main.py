@@ -16,6 +16,7 @@ from wedgewatch.runner import progress
 from wedgewatch.runner.context import RunContext, SandboxFactory
 from wedgewatch.runner.run import (
     Execution,
+    check_repositories,
     check_run_id,
     create_run,
     execute,
@@ -67,6 +68,8 @@ def start(
     """Load the suite (any error before a row is written), create the run, execute it."""
     rid = check_run_id(run_id) if run_id else new_run_id()
     suite = load_suite(cfg.suite)
+    if make_sandbox is None:
+        check_repositories(cfg, suite)
     with Ledger(cfg.run.ledger) as ledger:
         create_run(ledger, cfg, suite, rid)
         log.info("run %s: %d instances into %s", rid, len(suite.instances), cfg.run.ledger)

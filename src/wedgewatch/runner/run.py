@@ -23,7 +23,7 @@ from typing import Any
 
 from wedgewatch import __version__
 from wedgewatch.config import Config, validate
-from wedgewatch.errors import BadInput, ServerError
+from wedgewatch.errors import BadInput, ServerError, SuiteError
 from wedgewatch.events import Event, EventBus
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
@@ -125,6 +125,23 @@ def default_sandbox_factory(cfg: Config) -> SandboxFactory:
         return LocalSandbox.create(instance, root, repos_dir=repos_dir, keep=cfg.run.keep_sandboxes)
 
     return make
+
+
+def check_repositories(cfg: Config, suite: Suite) -> None:
+    """Before any row is written: every instance must have a repository for its sandboxes, or
+    each of its attempts would fail alike as a harness error."""
+    from wedgewatch.sandbox.local import has_repository, mirror_of
+
+    repos_dir = Path(cfg.suite.repos_dir) if cfg.suite.repos_dir else None
+    missing = [i for i in suite.instances if not has_repository(i, repos_dir)]
+    if missing:
+        first = missing[0]
+        where = mirror_of(first, repos_dir) or f"[suite] repos_dir/{str(first['repo']).replace('/', '__')}"
+        raise SuiteError(
+            f"{suite.source}: {len(missing)} instance(s) have no repository, the first "
+            f"{first['instance_id']} ({first['repo']!r}): put a git clone of it at {where} "
+            "(wedgewatch never clones from the network)"
+        )
 
 
 @dataclass

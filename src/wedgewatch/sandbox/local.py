@@ -49,6 +49,17 @@ def _default_path() -> str:
     return f"{Path(sys.executable).parent}{os.pathsep}{parent}"
 
 
+def mirror_of(instance: Mapping[str, Any], repos_dir: Path | None) -> Path | None:
+    """The local mirror of the instance's repository: ``repos_dir/<owner>__<name>``."""
+    return Path(repos_dir) / str(instance.get("repo", "")).replace("/", "__") if repos_dir else None
+
+
+def has_repository(instance: Mapping[str, Any], repos_dir: Path | None) -> bool:
+    """Whether a sandbox can be made for ``instance``: a mirror exists, or it is bundled."""
+    mirror = mirror_of(instance, repos_dir)
+    return (mirror is not None and mirror.exists()) or is_bundled(dict(instance))
+
+
 class LocalSandbox:
     """A fresh working copy on the local disk (see the module docstring)."""
 
@@ -93,7 +104,7 @@ class LocalSandbox:
             for sub in ("home", "tmp"):
                 (top / sub).mkdir()
             (top / "home" / ".gitconfig").write_text(_GITCONFIG)
-            mirror = Path(repos_dir) / str(instance.get("repo", "")).replace("/", "__") if repos_dir else None
+            mirror = mirror_of(instance, repos_dir)
             if mirror is not None and mirror.exists():
                 box._clone(mirror)
             elif is_bundled(dict(instance)):
