@@ -300,6 +300,19 @@ async def test_busy_port_is_a_clear_error_not_a_hang(tmp_path: Path, ledger: Led
     assert rows(ledger, "SELECT * FROM server_lives") == []
 
 
+async def test_a_launcher_that_is_not_installed_is_one_clear_error_with_the_way_out(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    cfg = config(
+        tmp_path, profile="llamacpp", model=str(tmp_path / "m.gguf"), launcher="no-such-llama-server"
+    )
+    with pytest.raises(ServerStartError) as info:
+        await start(cfg, ledger)
+    message = str(info.value)
+    assert message.startswith("cannot run 'no-such-llama-server': No such file or directory")
+    assert 'server.launcher = "xllamacpp"' in message and "\n" not in message
+
+
 async def test_bind_failure_in_the_log_is_a_port_error(tmp_path: Path, ledger: Ledger) -> None:
     # A server that only finds out at bind time (someone took the port after our check).
     script = "import sys; print('OSError: [Errno 98] Address already in use', file=sys.stderr); sys.exit(1)"

@@ -44,6 +44,8 @@ class Profile:
     """A GET endpoint that generates a token (SGLang's /health_generate); None: a 1-token chat."""
     owned: bool = True
     """False for a server wedgewatch does not start or stop (external)."""
+    missing: str = ""
+    """What to do when the launcher is not found (said after "cannot run ...")."""
 
 
 def served_name(cfg: ServerConfig) -> str:
@@ -122,12 +124,13 @@ _VLLM = Profile(
     arg_sets={"hybrid-safe": HYBRID_SAFE_VLLM},
     lora=_vllm_lora,
     concurrency_flags=("--max-num-seqs",),
+    missing="install vLLM on a GPU machine, or set server.launcher to its `vllm` program",
 )
 
 REGISTRY: dict[str, Profile] = {
     "vllm": _VLLM,
     # The simulator takes vLLM's flags and exposes vLLM's series: the same profile, another launcher.
-    "sim": replace(_VLLM, name="sim", build=_sim),
+    "sim": replace(_VLLM, name="sim", build=_sim, missing=""),
     "sglang": Profile(
         "sglang",
         _sglang,
@@ -138,6 +141,7 @@ REGISTRY: dict[str, Profile] = {
         lora=_sglang_lora,
         concurrency_flags=("--max-running-requests",),
         canary_path="/health_generate",
+        missing="set server.launcher to the Python that has SGLang installed",
     ),
     "llamacpp": Profile(
         "llamacpp",
@@ -153,6 +157,7 @@ REGISTRY: dict[str, Profile] = {
         waiting_gauge="llamacpp:requests_deferred",
         lora=_llamacpp_lora,
         concurrency_flags=("-np", "--parallel"),
+        missing='put llama-server on PATH, or set server.launcher = "xllamacpp" for the bundled launcher',
     ),
     "command": Profile("command", _command),
     # Watched like vLLM unless the config names other series; never launched or stopped by us.

@@ -103,7 +103,8 @@ class Starter:
         try:
             proc.start()
         except OSError as exc:
-            raise ServerStartError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
+            hint = f"; {self.profile.missing}" if self.profile.missing else ""
+            raise ServerStartError(f"cannot run {argv[0]!r}: {exc.strerror or exc}{hint}") from None
         return self.new_life(proc, argv, reason, owned=True, log_path=log_path, life_id=life_id)
 
     def external(self, reason: str, run_hook: bool) -> Life:
