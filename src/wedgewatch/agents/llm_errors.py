@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import openai
+
 from wedgewatch import errors
 
 _MESSAGE_LIMIT = 300
@@ -55,21 +57,33 @@ def is_context_window(exc: BaseException) -> bool:
     return False
 
 
+def _httpx_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """httpx's timeout and transport errors, when a client (litellm) has loaded httpx.
+
+    Never imported here: httpx is not a dependency of ours (the OpenAI SDK moved to httpx2), and
+    a first import from an agent thread lets every other thread see a half-made module (the
+    SDK looks it up in ``sys.modules``): an AttributeError that once crashed an attempt."""
+    mod = sys.modules.get("httpx")
+    timeout = getattr(mod, "TimeoutException", None)
+    transport = getattr(mod, "TransportError", None)
+    if isinstance(timeout, type) and isinstance(transport, type):
+        return (timeout,), (transport,)
+    return (), ()
+
+
 def translate(exc: BaseException) -> errors.InfraError:
     """The ApiError subclass for a failed request; AgentCrash when nothing in the chain is an
     API failure (a bug in the client or in our glue)."""
-    import httpx
-    import openai
-
+    timeouts, transport = _httpx_errors()
     message = f"{type(exc).__name__}: {exc}"[:_MESSAGE_LIMIT]
     kind = stall_kind(exc)
     if kind is not None:
         return errors.UpstreamStalled(message, reason=kind)
     chain = list(_chain(exc))
-    if any(isinstance(e, openai.APITimeoutError | httpx.TimeoutException) for e in chain):
+    if any(isinstance(e, (openai.APITimeoutError, *timeouts)) for e in chain):
         # Only reached without a proxy (or with a client deadline below the proxy's).
         return errors.UpstreamConnectionError(message, reason="client_timeout")
-    if any(isinstance(e, openai.APIConnectionError | httpx.TransportError | ConnectionError) for e in chain):
+    if any(isinstance(e, (openai.APIConnectionError, ConnectionError, *transport)) for e in chain):
         return errors.UpstreamConnectionError(message)
     for e in chain:
         if isinstance(e, openai.APIStatusError):
