@@ -7,7 +7,6 @@ import sys
 import textwrap
 
 import httpx
-import openai
 
 from wedgewatch import errors
 from wedgewatch.agents.llm_errors import translate
