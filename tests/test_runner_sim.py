@@ -308,6 +308,65 @@ def test_ctrl_c_marks_attempts_interrupted_and_stops_the_server(tmp_path: Path, 
         assert lg.query("SELECT COUNT(*) FROM server_lives")[0][0] == n_lives  # no server started
 
 
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # gone meanwhile
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_run_leaves_no_agent_command_running(tmp_path: Path, sig: signal.Signals) -> None:
+    marker = f"wedgewatch-orphan-check-{tmp_path.name}"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f"""
+[server]
+log_dir = "{tmp_path / "logs"}"
+[agent]
+name = "command"
+command = ["bash", "-c", "python3 -c 'import time; time.sleep(300)' {marker} & wait", "{marker}"]
+[suite]
+ids = {json.dumps(IDS[:2])}
+[run]
+concurrency = 2
+ledger = "{tmp_path / "c.sqlite"}"
+workdir = "{tmp_path / "work"}"
+time_scale = 20.0
+"""
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wedgewatch", "run", str(cfg)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(_processes_with(marker)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Each attempt: its bash and the grandchild it left in the background.
+        assert len(_processes_with(marker)) == 4, "both agent commands should be running"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        # The runner is gone; so must be the commands it started (they would sleep 300 s more).
+        deadline = time.monotonic() + 5
+        while _processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_with(marker) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_the_example_config_runs(tmp_path: Path) -> None:
     text = _cli("config", "--example").stdout
     cfg = Config.model_validate(__import__("tomllib").loads(text))

@@ -4,14 +4,15 @@ process group, a scrubbed environment, SWE-bench-style diffs, mirrors, and clean
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from wedgewatch.errors import BadInput, SandboxError
-from wedgewatch.protocols import Sandbox
-from wedgewatch.sandbox import LocalSandbox, get_sandbox
+from wedgewatch.protocols import CommandResult, Sandbox
+from wedgewatch.sandbox import LocalSandbox, get_sandbox, groups
 from wedgewatch.suites import load_bundled
 from wedgewatch.suites.git import run_git
 from wedgewatch.suites.materialise import commit_env
@@ -238,5 +239,24 @@ def test_a_relative_root_works(
         assert res.exit_code == 0 and res.output.strip() == instance["base_commit"]
         box.run("echo hi >> NEWFILE", timeout=30)
         assert "NEWFILE" in box.diff()
+    finally:
+        box.close()
+
+
+def test_kill_all_ends_the_commands_still_running(tmp_path: Path, instance: dict[str, str]) -> None:
+    # What a runner stopped early does for the agent threads it abandons.
+    box = LocalSandbox.create(instance, tmp_path)
+    results: list[CommandResult] = []
+    worker = threading.Thread(target=lambda: results.append(box.run("sleep 300 & sleep 300", 600)))
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not groups.running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert groups.kill_all() == 1
+        worker.join(10)
+        assert not worker.is_alive()
+        assert results[0].exit_code == -9 and not results[0].timed_out
+        assert groups.running() == 0  # nothing listed once the command is over
     finally:
         box.close()

@@ -30,6 +30,7 @@ from typing import Any
 from wedgewatch import errors
 from wedgewatch.config import AgentConfig
 from wedgewatch.protocols import AgentResult, AgentTask
+from wedgewatch.sandbox import groups
 
 log = logging.getLogger(__name__)
 
@@ -160,18 +161,19 @@ class CommandAgent:
             except OSError as exc:
                 raise errors.AgentCrash(f"cannot start agent command {argv[0]!r}: {exc}") from None
             timed_out = False
-            try:
-                proc.wait(timeout=self.cfg.timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc.pid, signal.SIGTERM)
+            with groups.tracked(proc.pid):
                 try:
-                    proc.wait(timeout=KILL_GRACE)
+                    proc.wait(timeout=self.cfg.timeout)
                 except subprocess.TimeoutExpired:
-                    pass
-            # Children left behind (a background server, a stuck tool) die with the attempt.
-            _kill_group(proc.pid, signal.SIGKILL)
-            proc.wait()
+                    timed_out = True
+                    _kill_group(proc.pid, signal.SIGTERM)
+                    try:
+                        proc.wait(timeout=KILL_GRACE)
+                    except subprocess.TimeoutExpired:
+                        pass
+                # Children left behind (a background server, a stuck tool) die with the attempt.
+                _kill_group(proc.pid, signal.SIGKILL)
+                proc.wait()
         return (None if timed_out else proc.returncode), timed_out, time.monotonic() - start
 
     @staticmethod

@@ -32,6 +32,7 @@ from wedgewatch.runner.attempt import end_all_in_flight, run_attempt
 from wedgewatch.runner.context import RunContext, SandboxFactory, Span
 from wedgewatch.runner.evaluate import evaluate_attempt
 from wedgewatch.runner.suite import Suite
+from wedgewatch.sandbox import groups
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +296,8 @@ async def execute(
         raise
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
+        # Agent threads are abandoned when the run stops early; the commands they started are not.
+        groups.kill_all()
         await asyncio.shield(_shutdown(sup, proxy))
     return result
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from wedgewatch.errors import SandboxError
 from wedgewatch.protocols import CommandResult
+from wedgewatch.sandbox import groups
 from wedgewatch.sandbox.output import read_bounded
 from wedgewatch.suites.bundled import is_bundled
 from wedgewatch.suites.git import git_env, run_git
@@ -168,15 +169,16 @@ class LocalSandbox:
             raise SandboxError(f"cannot run a command in {self.path}: {exc}") from exc
         assert proc.stdout is not None
         deadline = started + timeout
-        try:
-            output, timed_out = read_bounded(proc.stdout, deadline)
-            # EOF is not the end: bash may still be exiting. Wait for its exit without reaping it,
-            # so its process group id cannot be reused before the leftovers are killed.
-            timed_out = timed_out or not _exited(proc.pid, deadline)
-        finally:
-            _kill_group(proc.pid)
-            proc.stdout.close()
-        code = proc.wait()
+        with groups.tracked(proc.pid):
+            try:
+                output, timed_out = read_bounded(proc.stdout, deadline)
+                # EOF is not the end: bash may still be exiting. Wait for its exit without reaping
+                # it, so its process group id cannot be reused before the leftovers are killed.
+                timed_out = timed_out or not _exited(proc.pid, deadline)
+            finally:
+                _kill_group(proc.pid)
+                proc.stdout.close()
+            code = proc.wait()
         return CommandResult(
             command=command,
             exit_code=None if timed_out else code,
