@@ -296,8 +296,9 @@ async def execute(
         raise
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
-        # Agent threads are abandoned when the run stops early; the commands they started are not.
-        groups.kill_all()
+        if result.end_mark != "finished":
+            # Agent threads are abandoned when a run stops early; the commands they started are not.
+            groups.kill_all()
         await asyncio.shield(_shutdown(sup, proxy))
     return result
 
