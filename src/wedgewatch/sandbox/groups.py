@@ -3,7 +3,8 @@
 Every command (a sandbox's ``bash -c``, a ``command`` agent's program) runs in a session of its own
 and is killed with its whole group when it ends or times out. A runner stopped by SIGTERM or
 Ctrl-C does not wait for that: it abandons its agent threads, so it kills the groups still listed
-here instead of leaving them to run on, orphaned, to the end of their timeouts.
+here instead of leaving them to run on, orphaned, to the end of their timeouts. The list is the
+process's, not a run's: two runs stopping early in one process kill each other's commands too.
 """
 
 from __future__ import annotations
