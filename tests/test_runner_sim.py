@@ -364,8 +364,12 @@ time_scale = 20.0
             time.sleep(0.05)
         assert _processes_with(marker) == []
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # a failed check: let the runner stop its server, then insist
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         for pid in _processes_with(marker):
             os.kill(pid, signal.SIGKILL)
 
