@@ -81,15 +81,38 @@ class BenchOptions:
     tokens_per_s: float = 200.0
     detection: bool = True
     detection_repeats: int = 3
+    pin: bool = True
+    """Throughput only: the proxy on a CPU of its own, the simulator and the load generator on the
+    others, as the peers in PEERS.md were measured. Ignored on a one-CPU machine."""
+
+
+def layout(opts: BenchOptions) -> tuple[set[int] | None, set[int] | None]:
+    """(CPUs for the simulator and load generator, CPUs for the proxy), or (None, None)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not opts.pin or len(cpus) < 2:
+        return None, None
+    return set(cpus[:-1]), {cpus[-1]}
+
+
+def _on(cpus: set[int] | None) -> Any:
+    """A preexec_fn that keeps the child (and what it starts) on ``cpus``."""
+    return None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
 
 
 class _Proc:
     """A child server in its own process group that printed ``listening on URL`` first."""
 
-    def __init__(self, argv: list[str], log_path: Path, timeout: float = 60.0) -> None:
+    def __init__(
+        self, argv: list[str], log_path: Path, timeout: float = 60.0, cpus: set[int] | None = None
+    ) -> None:
         self.log = log_path.open("w")
         self.p = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_on(cpus),
         )
         assert self.p.stdout is not None
         sel = selectors.DefaultSelector()
@@ -141,7 +164,7 @@ def _wedgewatch(*args: str) -> list[str]:
     return [sys.executable, "-m", "wedgewatch", *args]
 
 
-def _loadgen(url: str, concurrency: int, opts: BenchOptions) -> dict[str, Any]:
+def _loadgen(url: str, concurrency: int, opts: BenchOptions, cpus: set[int] | None = None) -> dict[str, Any]:
     argv = [sys.executable, "-m", "wedgewatch.bench.streams", "--url", url, "--concurrency", str(concurrency)]
     argv += [
         "--duration",
@@ -151,7 +174,13 @@ def _loadgen(url: str, concurrency: int, opts: BenchOptions) -> dict[str, Any]:
         "--max-tokens",
         str(opts.max_tokens),
     ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=opts.duration + opts.warmup + 120)
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=opts.duration + opts.warmup + 120,
+        preexec_fn=_on(cpus),
+    )
     if done.returncode != 0:
         raise RuntimeError(f"load generator failed: {done.stderr[-500:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -166,7 +195,10 @@ def _median(values: list[float | None]) -> float | None:
 def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
     scenario = work / "healthy.toml"
     scenario.write_text(_HEALTHY.format(rate=opts.tokens_per_s))
-    sim = _Proc(_wedgewatch("sim", "--port", "0", "--scenario", str(scenario)), work / "sim.log")
+    load_cpus, proxy_cpus = layout(opts)
+    sim = _Proc(
+        _wedgewatch("sim", "--port", "0", "--scenario", str(scenario)), work / "sim.log", cpus=load_cpus
+    )
     proxy = None
     try:
         proxy = _Proc(
@@ -174,6 +206,7 @@ def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
                 "proxy", "--upstream", sim.url, "--port", "0", "--ledger", str(work / "ledger.sqlite")
             ),
             work / "proxy.log",
+            cpus=proxy_cpus,
         )
         runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
         for rep in range(opts.repeats):
@@ -182,7 +215,7 @@ def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
                 for target in order:
                     base = sim.url if target == "direct" else f"{proxy.url}/a/bench-{c}"
                     cpu0 = cpu_seconds(proxy.pid)
-                    res = _loadgen(base + "/v1/chat/completions", c, opts)
+                    res = _loadgen(base + "/v1/chat/completions", c, opts, load_cpus)
                     res["proxy_cpu"] = cpu_seconds(proxy.pid) - cpu0
                     res["proxy_rss_mib"] = rss_mib(proxy.pid)
                     runs.setdefault((c, target), []).append(res)
@@ -198,6 +231,9 @@ def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
     rows = [_row(c, runs[(c, "direct")], runs[(c, "proxy")]) for c in opts.levels]
     return {
         "rows": rows,
+        "cpu_layout": None
+        if proxy_cpus is None
+        else {"proxy": sorted(proxy_cpus), "simulator_and_load": sorted(load_cpus or ())},
         "false_stalls": int(samples.total("wedgewatch_proxy_stalls_total") or 0),
         "proxy_requests": {
             s.labels["outcome"]: int(s.value) for s in samples.series("wedgewatch_proxy_requests_total")

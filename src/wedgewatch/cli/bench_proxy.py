@@ -53,6 +53,7 @@ def render(result: dict[str, Any]) -> str:
         f"Throughput: {opts['max_tokens']} one-token chunks per request at {opts['tokens_per_s']:g} tokens/s "
         f"per stream; medians of {opts['repeats']} interleaved repeats of {opts['duration']:g} s "
         f"(d = direct, p = through the proxy; + = added by the proxy)",
+        _layout_line(tp.get("cpu_layout")),
         _table(header, rows),
         f"False stalls on healthy traffic (shipped deadlines): {tp['false_stalls']}; proxy outcomes: "
         f"{tp['proxy_requests']}; proxy peak RSS {tp['proxy_peak_rss_mib']:.0f} MiB",
@@ -98,6 +99,15 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _layout_line(cpus: dict[str, list[int]] | None) -> str:
+    if cpus is None:
+        return "CPUs: not pinned; simulator, load generator and proxy share every CPU"
+    return (
+        f"CPUs: proxy on {cpus['proxy']}, simulator and load generator on {cpus['simulator_and_load']} "
+        "(as PEERS.md measured its peers; --no-pin shares them)"
+    )
+
+
 @bench_app.command("proxy")
 def bench_proxy(
     levels: Annotated[str, typer.Option(help="Concurrent streams, comma-separated.")] = "1,16,64,256",
@@ -105,6 +115,9 @@ def bench_proxy(
     duration: Annotated[float, typer.Option(help="Measured seconds per run.")] = 3.0,
     warmup: Annotated[float, typer.Option(help="Unmeasured seconds before each run.")] = 1.0,
     detection: Annotated[bool, typer.Option(help="Also measure stall detection.")] = True,
+    pin: Annotated[
+        bool, typer.Option(help="Give the proxy a CPU of its own (the others to the simulator and load).")
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Throughput, latency and CPU of the proxy against going direct to a fast simulator, and how
@@ -120,6 +133,8 @@ def bench_proxy(
     if duration <= 0 or warmup < 0:
         raise BadInput("--duration: must be > 0 (and --warmup >= 0)")
     result = run(
-        BenchOptions(levels=lv, repeats=repeats, duration=duration, warmup=warmup, detection=detection)
+        BenchOptions(
+            levels=lv, repeats=repeats, duration=duration, warmup=warmup, detection=detection, pin=pin
+        )
     )
     typer.echo(json.dumps(result, indent=1) if as_json else render(result))
