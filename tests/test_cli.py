@@ -30,3 +30,12 @@ def test_no_args_prints_help() -> None:
     r = _run()
     assert r.returncode == 0
     assert "Usage" in r.stdout
+
+
+def test_help_lists_every_command_in_the_order_a_user_meets_them() -> None:
+    out = _run("--help").stdout
+    listed = [line.split()[0] for line in out.split("Commands:")[1].splitlines() if line.startswith("  ")]
+    assert listed == [
+        "demo", "sim", "proxy", "serve", "run", "report", "export", "import-report",
+        "compare", "scan", "plan", "config", "bench", "version",
+    ]  # fmt: skip

@@ -6,10 +6,26 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 T = TypeVar("T")
 
+# `wedgewatch --help` lists commands in the order a user meets them, not in import order.
+_ORDER = (
+    "demo", "sim", "proxy", "serve", "run", "report", "export", "import-report",
+    "compare", "scan", "plan", "config", "bench", "version",
+)  # fmt: skip
+
+
+class _Commands(TyperGroup):
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = super().list_commands(ctx)
+        rank = {name: i for i, name in enumerate(_ORDER)}
+        return sorted(names, key=lambda n: (rank.get(n, len(_ORDER)), n))
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="wedgewatch",
     help="Agent evaluations against self-hosted LLM servers that never mistake a wedged server "
     "for a weak model.",
