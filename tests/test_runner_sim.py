@@ -354,7 +354,7 @@ time_scale = 20.0
         # Each attempt: its bash and the grandchild it left in the background (a forking bash may
         # briefly show twice).
         assert len(_processes_with(marker)) >= 4, "both agent commands should be running"
-        time.sleep(0.3)  # the runner lists each group just after its Popen returns
+        # No pause needed: a command's group is listed before the command can run (groups.spawn).
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err

@@ -3,7 +3,9 @@ process group, a scrubbed environment, SWE-bench-style diffs, mirrors, and clean
 
 from __future__ import annotations
 
+import contextvars
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -16,6 +18,7 @@ from wedgewatch.sandbox import LocalSandbox, get_sandbox, groups
 from wedgewatch.suites import load_bundled
 from wedgewatch.suites.git import run_git
 from wedgewatch.suites.materialise import commit_env
+from wedgewatch.testing import eventually
 
 
 @pytest.fixture
@@ -243,20 +246,61 @@ def test_a_relative_root_works(
         box.close()
 
 
-def test_kill_all_ends_the_commands_still_running(tmp_path: Path, instance: dict[str, str]) -> None:
-    # What a runner stopped early does for the agent threads it abandons.
+def test_closing_a_runs_groups_ends_the_commands_still_running(
+    tmp_path: Path, instance: dict[str, str]
+) -> None:
+    # What a run stopped early does for the agent threads it abandons.
     box = LocalSandbox.create(instance, tmp_path)
     results: list[CommandResult] = []
-    worker = threading.Thread(target=lambda: results.append(box.run("sleep 300 & sleep 300", 600)))
-    worker.start()
+    with groups.scope() as listed:
+        context = contextvars.copy_context()  # as runner.context.run_in_thread hands it on
+        worker = threading.Thread(
+            target=context.run, args=(lambda: results.append(box.run("sleep 300 & sleep 300", 600)),)
+        )
+        worker.start()
+        try:
+            eventually(listed.running, what="the command is listed")
+            assert groups.current() is listed and listed.close() == 1
+            worker.join(10)
+            assert not worker.is_alive()
+            assert results[0].exit_code == -9 and not results[0].timed_out
+            assert listed.running() == 0  # nothing listed once the command is over
+            with pytest.raises(SandboxError, match="stopping"):
+                box.run("true", 10)  # a closed list starts nothing more
+        finally:
+            box.close()
+    assert groups.current() is not listed  # the scope ended; other code is unaffected
+
+
+def test_no_command_escapes_a_close_racing_its_spawn() -> None:
+    # The race issue 14 named: a command started just as the run stops must be killed or refused,
+    # never left running unlisted. Spawners hammer the list while it is closed under them.
+    started: list[subprocess.Popen[bytes]] = []
+    for _ in range(20):
+        listed = groups.Groups()
+        go = threading.Event()
+
+        def spawner(listed: groups.Groups = listed, go: threading.Event = go) -> None:
+            go.wait()
+            while True:
+                try:
+                    started.append(listed.spawn(["sleep", "30"], stdin=subprocess.DEVNULL))
+                except SandboxError:
+                    return
+
+        threads = [threading.Thread(target=spawner) for _ in range(3)]
+        for t in threads:
+            t.start()
+        go.set()
+        time.sleep(0.002)
+        listed.close()
+        for t in threads:
+            t.join(10)
     try:
-        deadline = time.monotonic() + 10
-        while not groups.running() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert groups.kill_all() == 1
-        worker.join(10)
-        assert not worker.is_alive()
-        assert results[0].exit_code == -9 and not results[0].timed_out
-        assert groups.running() == 0  # nothing listed once the command is over
+        assert started, "the spawners started nothing"
+        for proc in started:
+            assert proc.wait(5) == -9  # every one was killed by close, none left running
     finally:
-        box.close()
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()

@@ -149,19 +149,18 @@ class CommandAgent:
         start = time.monotonic()
         with log_path.open("wb") as log_file:
             try:
-                proc = subprocess.Popen(
+                proc = groups.spawn(
                     argv,
                     cwd=task.sandbox.path,
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
-                    start_new_session=True,
                 )
             except OSError as exc:
                 raise errors.AgentCrash(f"cannot start agent command {argv[0]!r}: {exc}") from None
             timed_out = False
-            with groups.tracked(proc.pid):
+            with groups.owned(proc):
                 try:
                     proc.wait(timeout=self.cfg.timeout)
                 except subprocess.TimeoutExpired:

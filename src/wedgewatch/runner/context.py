@@ -5,6 +5,7 @@ reads the ledger)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import threading
 import time
@@ -190,5 +191,8 @@ def run_in_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[], T], name: st
             except RuntimeError:
                 pass  # the loop is closed: the run is over and nobody waits for this thread
 
-    threading.Thread(target=target, name=name, daemon=True).start()
+    # The thread runs in a copy of the caller's context, so it inherits the run's process-group
+    # list (``sandbox.groups.scope``) and the commands it starts are killed with the run.
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(target,), name=name, daemon=True).start()
     return fut

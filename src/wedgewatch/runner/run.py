@@ -260,46 +260,49 @@ async def execute(
     if task is not None:
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
     result = Execution(run_id, "finished", ctx=ctx)
-    try:
+    # This run's own list of command process groups: agent threads inherit it (contextvars), and
+    # closing it on an early stop kills them all and starts no more.
+    with groups.scope() as run_groups:
         try:
-            if todo:  # a resume of a finished run needs no server
-                # Built once here, in the loop's thread: a bad agent fails before a server starts,
-                # and its modules (openai, httpx, litellm) are imported once. Four agent threads
-                # importing them at once can meet a partially initialised module (seen: httpx).
-                from wedgewatch.agents import get_agent
+            try:
+                if todo:  # a resume of a finished run needs no server
+                    # Built once here, in the loop's thread: a bad agent fails before a server starts,
+                    # and its modules (openai, httpx, litellm) are imported once. Four agent threads
+                    # importing them at once can meet a partially initialised module (seen: httpx).
+                    from wedgewatch.agents import get_agent
 
-                get_agent(eff.agent.name, eff.agent)
-                if eff.watchdog.enabled:
-                    ctx.proxy_url = await proxy.start("127.0.0.1", 0)
-                await sup.start()
-                await _workers(ctx, todo)
-        except BaseExceptionGroup as group:  # from the workers' TaskGroup: the first cause speaks
-            for extra in group.exceptions[1:]:
-                log.error("also failed: %r", extra)
-            raise group.exceptions[0] from None
-        _mark(
-            ledger,
-            run_id,
-            "finished",
-            {"pid": os.getpid(), "unfinished": len(queries.unfinished(ledger, run_id))},
-        )
-    except asyncio.CancelledError:
-        _mark(ledger, run_id, "interrupted", {"pid": os.getpid()})
-        result.end_mark = "interrupted"
-        raise
-    except Exception as exc:
-        # The server could not be kept up (ServerError), or wedgewatch itself failed: the run
-        # stops with a mark saying why, and --resume goes on from there.
-        kind = "server" if isinstance(exc, ServerError) else type(exc).__name__
-        _mark(ledger, run_id, "aborted", {"pid": os.getpid(), "error": f"{kind}: {str(exc)[:2000]}"})
-        result.end_mark, result.error = "aborted", str(exc)
-        raise
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
-        if result.end_mark != "finished":
-            # Agent threads are abandoned when a run stops early; the commands they started are not.
-            groups.kill_all()
-        await asyncio.shield(_shutdown(sup, proxy))
+                    get_agent(eff.agent.name, eff.agent)
+                    if eff.watchdog.enabled:
+                        ctx.proxy_url = await proxy.start("127.0.0.1", 0)
+                    await sup.start()
+                    await _workers(ctx, todo)
+            except BaseExceptionGroup as group:  # from the workers' TaskGroup: the first cause speaks
+                for extra in group.exceptions[1:]:
+                    log.error("also failed: %r", extra)
+                raise group.exceptions[0] from None
+            _mark(
+                ledger,
+                run_id,
+                "finished",
+                {"pid": os.getpid(), "unfinished": len(queries.unfinished(ledger, run_id))},
+            )
+        except asyncio.CancelledError:
+            _mark(ledger, run_id, "interrupted", {"pid": os.getpid()})
+            result.end_mark = "interrupted"
+            raise
+        except Exception as exc:
+            # The server could not be kept up (ServerError), or wedgewatch itself failed: the run
+            # stops with a mark saying why, and --resume goes on from there.
+            kind = "server" if isinstance(exc, ServerError) else type(exc).__name__
+            _mark(ledger, run_id, "aborted", {"pid": os.getpid(), "error": f"{kind}: {str(exc)[:2000]}"})
+            result.end_mark, result.error = "aborted", str(exc)
+            raise
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+            # Agent threads are abandoned when a run stops early; the commands they started are
+            # not: closing the run's list kills them (a finished run has none left).
+            run_groups.close()
+            await asyncio.shield(_shutdown(sup, proxy))
     return result
 
 

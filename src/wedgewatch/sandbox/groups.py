@@ -1,55 +1,108 @@
-"""The process groups that attempts' commands run in, so that a runner that stops can kill them.
+"""The process groups that attempts' commands run in, so that a run that stops can kill them.
 
 Every command (a sandbox's ``bash -c``, a ``command`` agent's program) runs in a session of its own
-and is killed with its whole group when it ends or times out. A runner stopped by SIGTERM or
-Ctrl-C does not wait for that: it abandons its agent threads, so it kills the groups still listed
-here instead of leaving them to run on, orphaned, to the end of their timeouts. The list is the
-process's, not a run's: two runs stopping early in one process kill each other's commands too.
+and is killed with its whole group when it ends or times out. A run stopped by SIGTERM or Ctrl-C
+does not wait for that: it abandons its agent threads, so it closes its ``Groups`` instead, which
+kills every group still listed and refuses to start any more.
+
+Race-free by construction: ``spawn`` holds the list's lock across ``Popen`` and the listing, and
+``close`` takes the same lock. A command is therefore either listed before ``close`` reads the list
+(and killed), or started after it (and refused): there is no moment in which a command runs
+unlisted. Each run has its own list (``scope``, carried to agent threads by ``contextvars``), so
+one run stopping early never kills another's commands in the same process.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import signal
+import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
+
+from wedgewatch.errors import SandboxError
 
 log = logging.getLogger(__name__)
 
-_lock = threading.Lock()
-_live: set[int] = set()
+
+class Groups:
+    """The live process groups of one run's commands."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: set[int] = set()
+        self._closed = False
+
+    def spawn(self, argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in a new session and list its group before anyone can see it run."""
+        with self._lock:
+            if self._closed:
+                raise SandboxError(f"the run is stopping: {argv[0]!r} was not started")
+            proc: subprocess.Popen[bytes] = subprocess.Popen(argv, start_new_session=True, **popen)
+            self._live.add(proc.pid)
+        return proc
+
+    def release(self, pgid: int) -> None:
+        """Unlist a group whose owner has killed and reaped it."""
+        with self._lock:
+            self._live.discard(pgid)
+
+    def running(self) -> int:
+        with self._lock:
+            return len(self._live)
+
+    def close(self) -> int:
+        """SIGKILL every listed group and refuse new ones; returns how many were killed."""
+        with self._lock:
+            self._closed = True
+            pgids = sorted(self._live)
+            self._live.clear()
+            for pgid in pgids:
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if pgids:
+            log.warning("killed %d command process group(s) still running", len(pgids))
+        return len(pgids)
+
+
+# Commands started outside any run (a sandbox used on its own, a test) are listed here; it is
+# never closed.
+_process_wide = Groups()
+_current: contextvars.ContextVar[Groups] = contextvars.ContextVar("wedgewatch_groups")
+
+
+def current() -> Groups:
+    """The list of the run this code runs for (asyncio tasks and ``run_in_thread`` carry it)."""
+    return _current.get(_process_wide)
 
 
 @contextmanager
-def tracked(pgid: int) -> Iterator[None]:
-    """List ``pgid`` while the block runs; the block itself kills and reaps the group."""
-    with _lock:
-        _live.add(pgid)
+def scope() -> Iterator[Groups]:
+    """A fresh list for the block (a run's execution); the caller closes it on an early stop."""
+    groups = Groups()
+    token = _current.set(groups)
+    try:
+        yield groups
+    finally:
+        _current.reset(token)
+
+
+def spawn(argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """``Groups.spawn`` on the current run's list."""
+    return current().spawn(argv, **popen)
+
+
+@contextmanager
+def owned(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Unlist ``proc``'s group when the block ends; the block itself kills and reaps it."""
+    groups = current()
     try:
         yield
     finally:
-        with _lock:
-            _live.discard(pgid)
-
-
-def running() -> int:
-    """How many groups are listed now."""
-    with _lock:
-        return len(_live)
-
-
-def kill_all() -> int:
-    """SIGKILL every listed group; returns how many there were."""
-    with _lock:
-        groups = sorted(_live)
-        _live.clear()
-    for pgid in groups:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    if groups:
-        log.warning("killed %d command process group(s) still running", len(groups))
-    return len(groups)
+        groups.release(proc.pid)

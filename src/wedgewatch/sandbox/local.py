@@ -156,20 +156,19 @@ class LocalSandbox:
             raise SandboxError(f"sandbox {self.root} is closed")
         started = time.monotonic()
         try:
-            proc = subprocess.Popen(
+            proc = groups.spawn(
                 ["bash", "-c", command],
                 cwd=self.path,
                 env=self.env(env),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
             )
         except OSError as exc:
             raise SandboxError(f"cannot run a command in {self.path}: {exc}") from exc
         assert proc.stdout is not None
         deadline = started + timeout
-        with groups.tracked(proc.pid):
+        with groups.owned(proc):
             try:
                 output, timed_out = read_bounded(proc.stdout, deadline)
                 # EOF is not the end: bash may still be exiting. Wait for its exit without reaping
