@@ -37,7 +37,7 @@ async def eventually_async(
         if isinstance(value, Awaitable):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() >= deadline:
             raise AssertionError(f"not true within {timeout} s: {what or _name(predicate)}")
         await asyncio.sleep(interval)
