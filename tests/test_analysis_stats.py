@@ -71,3 +71,30 @@ def test_toml_writer_round_trips_a_config() -> None:
         validate(tomllib.loads(dumps(Config().model_dump(mode="json", exclude_defaults=True))), "e")
         == Config()
     )
+
+
+def test_toml_writer_round_trips_characters_outside_the_bmp() -> None:
+    data = {"server": {"env": {"EMOJI": "wedged \U0001f9ca at 0 tok/s", "𝔘": "\U00010348"}}}
+    text = dumps(data, "non-BMP: \U0001f600")
+    assert tomllib.loads(text) == data
+    cfg = validate(tomllib.loads(text), "t")
+    assert cfg.server.env["EMOJI"] == "wedged \U0001f9ca at 0 tok/s"
+
+
+@pytest.mark.parametrize(("b", "c"), [(600, 500), (1024, 0), (700, 700), (1500, 1400)])
+def test_mcnemar_at_a_thousand_discordant_pairs_matches_scipy(b: int, c: int) -> None:
+    from scipy.stats import binomtest
+
+    want = binomtest(min(b, c), b + c, 0.5).pvalue
+    got = stats.mcnemar_exact(b, c)
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-300)
+    assert 0.0 <= got <= 1.0
+
+
+@pytest.mark.parametrize(("m", "lam"), [(790, 800.0), (750, 760.0), (1180, 1200.0), (800, 800.0)])
+def test_poisson_tail_at_large_lambda_matches_scipy(m: int, lam: float) -> None:
+    from scipy.stats import poisson
+
+    want = float(poisson.sf(m - 1, lam))
+    assert stats.poisson_sf(m, lam) == pytest.approx(want, rel=1e-9)
+    assert want < 0.99  # the old code returned 1.0 here

@@ -49,7 +49,9 @@ def mcnemar_exact(b: int, c: int) -> float:
     n = b + c
     if n == 0:
         return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / float(1 << n)
+    # int / int is a correctly rounded true division in Python at any size: float(1 << n)
+    # overflowed at n >= 1,024 discordant pairs.
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / (1 << n)
     return min(1.0, 2 * tail)
 
 
@@ -72,12 +74,11 @@ def poisson_sf(m: int, lam: float) -> float:
     if lam <= 0:
         return 0.0
     if m <= lam:
-        term = math.exp(-lam)
-        cdf = term
-        for i in range(1, m):
-            term *= lam / i
-            cdf += term
-        return max(0.0, 1.0 - cdf)
+        # Each term in log space: exp(-lam) alone underflows to 0 at lam > ~745, which made the
+        # whole CDF 0 and the tail 1.0.
+        log_lam = math.log(lam)
+        cdf = math.fsum(math.exp(-lam + i * log_lam - math.lgamma(i + 1)) for i in range(m))
+        return min(1.0, max(0.0, 1.0 - cdf))
     term = math.exp(-lam + m * math.log(lam) - math.lgamma(m + 1))
     total, i = 0.0, m
     while term > total * 1e-17 and i < m + 10_000:
