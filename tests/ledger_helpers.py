@@ -109,3 +109,29 @@ def dump(ledger: Ledger) -> dict[str, list[tuple[Any, ...]]]:
         )
     ]
     return {t: [tuple(r) for r in ledger.query(f"SELECT * FROM {t} ORDER BY rowid")] for t in sorted(tables)}
+
+
+def add_life(
+    ledger: Ledger,
+    run_id: str,
+    life_id: str,
+    end: str | None,
+    age: int,
+    ready: bool = True,
+    start_reason: str = "run_start",
+) -> None:
+    """One server life (ready unless told, ended with ``end`` at ``age`` requests unless None)."""
+    t = time.time()
+    ledger.append(
+        "server_lives",
+        {"life_id": life_id, "run_id": run_id, "profile": "sim", "base_url": "http://127.0.0.1:1",
+         "start_reason": start_reason, "started_at": t},
+    )  # fmt: skip
+    if ready:
+        ledger.append("server_life_ready", {"life_id": life_id, "ready_at": t + 1, "ready_seconds": 1.0})
+    if end is not None:
+        ledger.append(
+            "server_life_ends",
+            {"life_id": life_id, "ended_at": t + 5, "end_reason": end, "age_seconds": 5.0,
+             "age_requests": age, "age_tokens": age * 100},
+        )  # fmt: skip

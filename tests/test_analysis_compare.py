@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ledger_helpers import add_attempt, make_run
+from ledger_helpers import add_attempt, add_life, make_run
 from wedgewatch.analysis import stats
 from wedgewatch.analysis.compare import compare, render_text
 from wedgewatch.cli import main
@@ -196,3 +196,90 @@ def test_small_samples_say_what_they_cannot_tell(tmp_path: Path) -> None:
     assert detectable == pytest.approx(stats.detectable_difference(5, 5, 5 / 10))
     assert f"{detectable * 100:.0f} pts" in first
     assert any("no p-value below 0.05 is possible" in v for v in r["verdict"])
+
+
+def test_counts_form_gives_the_storys_fisher_p(capsys: pytest.CaptureFixture[str]) -> None:
+    from scipy.stats import fisher_exact
+
+    with pytest.raises(SystemExit) as ex:
+        main(["compare", "--counts", "15/15", "0/12", "--json"])
+    assert ex.value.code == 0
+    g = json.loads(capsys.readouterr().out)
+    want = fisher_exact([[15, 0], [0, 12]], alternative="greater").pvalue
+    assert g["fisher_p_one_sided"] == pytest.approx(want, rel=1e-9)
+    assert g["fisher_p_one_sided"] == pytest.approx(5.75e-8, rel=1e-3)
+    assert (g["a"]["k"], g["a"]["n"], g["b"]["k"], g["b"]["n"]) == (15, 15, 0, 12)
+    # A table that leans the other way is tested in that direction.
+    with pytest.raises(SystemExit):
+        main(["compare", "--counts", "2/10", "7/9", "--json"])
+    g = json.loads(capsys.readouterr().out)
+    assert g["fisher_p_one_sided"] == pytest.approx(
+        fisher_exact([[2, 8], [7, 2]], alternative="less").pvalue, rel=1e-9
+    )
+    assert g["fisher_p_two_sided"] == pytest.approx(fisher_exact([[2, 8], [7, 2]]).pvalue, rel=1e-9)
+    for bad in (["15/x", "0/12"], ["16/15", "0/12"], ["1/0", "0/12"]):
+        with pytest.raises(SystemExit) as ex:
+            main(["compare", "--counts", *bad])
+        assert ex.value.code == 2
+        assert "--counts" in capsys.readouterr().err
+
+
+def _configured(lg: Ledger, run_id: str, ids: list[str], data: dict[str, Any], start: str) -> None:
+    make_run(lg, run_id, ids, attempts_max=2, cfg=validate(data, run_id))
+    add_life(lg, run_id, f"{run_id}-life", "stop", 10, start_reason=start)
+    for iid in ids:
+        add_attempt(lg, run_id, iid, 1, "submitted", patch="diff\n", resolved=1)
+
+
+def test_two_factors_changed_together_are_named_as_a_confound(tmp_path: Path) -> None:
+    ids = ["i0", "i1", "i2"]
+    with Ledger(tmp_path / "l.sqlite") as lg:
+        _configured(lg, "fresh-warm", ids, {"server": {"fresh": True, "warmup": {"count": 2}}}, "run_start")
+        _configured(
+            lg,
+            "used-cold",
+            ids,
+            {"server": {"fresh": False, "warmup": {"count": 0}, "args": ["--enforce-eager"]},
+             "run": {"workdir": "/elsewhere"}},
+            "adopted",
+        )  # fmt: skip
+        _configured(lg, "fresh-cold", ids, {"server": {"warmup": {"count": 0}}}, "run_start")
+        r = compare(lg, "fresh-warm", lg, "used-cold")
+        one = compare(lg, "fresh-warm", lg, "fresh-cold")
+    by = {d["factor"]: d for d in r["config_diff"]}
+    assert set(by) == {"fresh", "warm-up", "server flag --enforce-eager", "server age at start"}
+    assert (by["fresh"]["a"], by["fresh"]["b"]) == (True, False)
+    assert (by["warm-up"]["a"], by["warm-up"]["b"]) == (2, 0)
+    assert by["server age at start"]["b"] == "adopted, age unknown"
+    said = [v for v in r["verdict"] if "cannot be attributed" in v]
+    assert len(said) == 1 and "fresh" in said[0] and "warm-up" in said[0] and "4 factors" in said[0]
+    text = render_text(r)
+    assert re.search(r"server flag --enforce-eager\s+absent\s+present", text)
+    # One factor: listed, but no confound sentence.
+    assert [d["factor"] for d in one["config_diff"]] == ["warm-up"]
+    assert not any("cannot be attributed" in v for v in one["verdict"])
+
+
+def test_fisher_on_infra_failures_and_wedged_lives_matches_scipy(tmp_path: Path) -> None:
+    from scipy.stats import fisher_exact
+
+    _synthetic(tmp_path / "l.sqlite", [1] * 20, [1] * 20, infra_b=8)
+    with Ledger(tmp_path / "l.sqlite") as lg:
+        for n in range(6):  # A: 6 lives, 1 wedged; B: 9 lives, 8 wedged (one by api errors)
+            add_life(lg, "A", f"a{n}", "wedge" if n == 0 else "stop", 5)
+        for n in range(9):
+            add_life(lg, "B", f"b{n}", "stop" if n == 0 else ("api_errors" if n == 1 else "wedge"), 5)
+        add_life(lg, "B", "b-never", "start_failed", 0, ready=False)  # served nothing: left out
+        r = compare(lg, "A", lg, "B")
+    inf = r["independent"]["infra_failed"]
+    assert (inf["a"]["k"], inf["a"]["n"], inf["b"]["k"], inf["b"]["n"]) == (0, 20, 8, 20)
+    assert inf["fisher_p_two_sided"] == pytest.approx(fisher_exact([[0, 20], [8, 12]]).pvalue, rel=1e-9)
+    assert inf["fisher_p_one_sided"] == pytest.approx(
+        fisher_exact([[0, 20], [8, 12]], alternative="less").pvalue, rel=1e-9
+    )
+    w = r["independent"]["wedged_lives"]
+    assert (w["a"]["k"], w["a"]["n"], w["b"]["k"], w["b"]["n"]) == (1, 6, 8, 9)
+    assert w["fisher_p_two_sided"] == pytest.approx(fisher_exact([[1, 5], [8, 1]]).pvalue, rel=1e-9)
+    assert any(v.startswith("Run B had more infra_failed instances") for v in r["verdict"])
+    assert any(v.startswith("Run B had more wedged server lives") for v in r["verdict"])
+    assert "Fisher's exact test: p = " in render_text(r)

@@ -11,7 +11,8 @@ import math
 from collections import Counter
 from typing import Any
 
-from wedgewatch.analysis import stats
+from wedgewatch.analysis import confounds, stats, twogroups
+from wedgewatch.analysis.survival import life_ages
 from wedgewatch.analysis.text import points, rate_text, table
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
@@ -50,6 +51,28 @@ def _difference(ra: dict[str, Any], rb: dict[str, Any]) -> dict[str, Any]:
         "diff": d,
         "ci95": [lo, hi],
         "detectable": stats.detectable_difference(ra["n"], rb["n"], pooled),
+    }
+
+
+# What counts as a wedged server life: the supervisor's wedge, or a restart after consecutive
+# API errors whose last canary did not answer (survival.py: how most wedges end in practice).
+WEDGE_ENDINGS = ("wedge", "api_errors")
+
+
+def _wedged_lives(ledger: Ledger, run_id: str) -> tuple[int, int]:
+    lives, _ = life_ages(ledger, [run_id], "requests", WEDGE_ENDINGS)
+    return sum(1 for lv in lives if lv.failed), len(lives)
+
+
+def _independent(
+    sa: dict[str, Any], sb: dict[str, Any], wa: tuple[int, int], wb: tuple[int, int]
+) -> dict[str, Any]:
+    """Fisher's exact test on what is not paired: infra_failed instances, and wedged lives."""
+    return {
+        "infra_failed": twogroups.two_groups(
+            sa["outcomes"]["infra_failed"], sa["instances"], sb["outcomes"]["infra_failed"], sb["instances"]
+        ),
+        "wedged_lives": twogroups.two_groups(wa[0], wa[1], wb[0], wb[1]),
     }
 
 
@@ -110,6 +133,12 @@ def compare(ledger_a: Ledger, run_a: str, ledger_b: Ledger, run_b: str) -> dict[
         },
         "paired": _paired(common, rows_a, rows_b),
         "infrastructure": {"a": _infra(sa), "b": _infra(sb)},
+        "independent": _independent(
+            sa, sb, _wedged_lives(ledger_a, sa["run_id"]), _wedged_lives(ledger_b, sb["run_id"])
+        ),
+        "config_diff": confounds.diff(
+            confounds.run_facts(ledger_a, sa["run_id"]), confounds.run_facts(ledger_b, sb["run_id"])
+        ),
         "crosstab": dict(sorted(crosstab.items())),
         "per_instance": per_instance,
     }
@@ -172,6 +201,13 @@ def verdict(r: dict[str, Any]) -> list[str]:
             "Over all instances the difference points the other way: the infrastructure, not the "
             "model, accounts for it."
         )
+    for key, what in (("infra_failed", "infra_failed instances"), ("wedged_lives", "wedged server lives")):
+        said = twogroups.sentence(r["independent"][key], what)
+        if said:
+            out.append(said)
+    confound = confounds.sentence(r["config_diff"])
+    if confound:
+        out.append(confound)
     n = r["instances"]
     if n["only_a"] or n["only_b"]:
         out.append(
@@ -240,6 +276,15 @@ def render_text(r: dict[str, Any]) -> str:
         ["seconds lost", round(ia["infra_seconds"], 1), round(ib["infra_seconds"], 1)],
     ]
     lines += table(["", "A", "B"], rows)
+    ind = r["independent"]
+    lines += ["", "independent groups (Fisher's exact test):"]
+    lines += twogroups.render(ind["infra_failed"], "infra_failed instances")
+    lines += twogroups.render(ind["wedged_lives"], "server lives that wedged (wedge or api_errors restart)")
+    lines += ["", "configuration:"]
+    if r["config_diff"]:
+        lines += table(["factor", "A", "B"], confounds.render_rows(r["config_diff"]))
+    else:
+        lines.append("  the two runs' configurations do not differ")
     lines += ["", *r["verdict"]]
     return "\n".join(lines)
 

@@ -14,6 +14,7 @@ from wedgewatch.runner.summary import wilson
 
 __all__ = [
     "detectable_difference",
+    "fisher_exact",
     "mcnemar_exact",
     "newcombe_diff",
     "poisson_sf",
@@ -86,3 +87,17 @@ def poisson_sf(m: int, lam: float) -> float:
         i += 1
         term *= lam / i
     return min(1.0, total)
+
+
+def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> dict[str, float]:
+    """Fisher's exact test on two independent groups, k1 of n1 against k2 of n2 (scipy): the
+    two-sided p, and the one-sided p in the direction the data lean (group 1's rate above group
+    2's when it is, else below). The test for 'wedged on a used server vs on a fresh one', where
+    the two groups share no instance and McNemar's pairing does not apply."""
+    from scipy.stats import fisher_exact as _fisher
+
+    table = [[k1, n1 - k1], [k2, n2 - k2]]
+    two = float(_fisher(table, alternative="two-sided").pvalue)
+    higher = n1 and n2 and k1 * n2 >= k2 * n1
+    one = float(_fisher(table, alternative="greater" if higher else "less").pvalue)
+    return {"p_two_sided": min(1.0, two), "p_one_sided": min(1.0, one)}
