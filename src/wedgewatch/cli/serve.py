@@ -45,36 +45,30 @@ def serve(
 
 
 async def _serve(cfg: Config, host: str, port: int, ledger_path: Path) -> int:
-    from wedgewatch.events import EventBus
     from wedgewatch.ledger import Ledger
-    from wedgewatch.proxy import Proxy
-    from wedgewatch.supervisor import Supervisor
+    from wedgewatch.stack import Stack
 
     loop = asyncio.get_running_loop()
     interrupted = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, interrupted.set)
     ledger = Ledger(ledger_path)
-    bus = EventBus()
-    sup = Supervisor(cfg.server, ledger=ledger, bus=bus)
-    proxy: Proxy | None = None
+    stack = Stack(cfg.server, cfg.watchdog, ledger=ledger)
     code = 0
     stop_wait = asyncio.ensure_future(interrupted.wait())
     try:
-        started = asyncio.ensure_future(sup.start())
+        started = asyncio.ensure_future(stack.start(host, port))
         await asyncio.wait({started, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
         if not started.done():
             started.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await started
             return 130
-        started.result()  # a start that failed raises its ServerError here
-        proxy = Proxy(sup, cfg.watchdog, ledger=ledger, bus=bus)
-        sup.attach(bus)
-        url = await proxy.start(host, port)
+        url = started.result()  # a start that failed raises its ServerError here
+        # Printed once the server is ready: whoever reads this line can send requests at once.
         typer.echo(f"listening on {url}")
         sys.stdout.flush()
-        failed = asyncio.ensure_future(sup.wait_failed())
+        failed = asyncio.ensure_future(stack.supervisor.wait_failed())
         await asyncio.wait({failed, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
         if failed.done() and not interrupted.is_set():
             typer.echo(f"wedgewatch: error: {failed.result()}".replace("\n", " "), err=True)
@@ -82,9 +76,7 @@ async def _serve(cfg: Config, host: str, port: int, ledger_path: Path) -> int:
         failed.cancel()
     finally:
         stop_wait.cancel()
-        if proxy is not None:
-            await proxy.stop()
-        await sup.stop()
+        await stack.stop()
         ledger.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

@@ -24,7 +24,7 @@ from typing import Any
 from wedgewatch import __version__
 from wedgewatch.config import Config, validate
 from wedgewatch.errors import BadInput, ServerError, SuiteError
-from wedgewatch.events import Event, EventBus
+from wedgewatch.events import Event
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 from wedgewatch.runner import resume
@@ -211,15 +211,13 @@ async def execute(
 ) -> Execution:
     """Run (or go on with) ``run_id`` until every instance is final, the run is stopped, or the
     server cannot be kept up. ``cfg`` is the run's own config (from its snapshot)."""
-    from wedgewatch.proxy import Proxy, is_infra_outcome
-    from wedgewatch.supervisor import Supervisor
+    from wedgewatch.proxy import is_infra_outcome
+    from wedgewatch.stack import Stack
 
     eff = effective(cfg)
     total = ledger.query("SELECT COUNT(*) FROM run_instances WHERE run_id = ?", (run_id,))[0][0]
-    proxy_bus, sup_bus = EventBus(), EventBus()
-    sup = Supervisor(eff.server, ledger=ledger, bus=sup_bus, run_id=run_id)
-    proxy = Proxy(sup, eff.watchdog, ledger=ledger, bus=proxy_bus)
-    sup.attach(proxy_bus)
+    stack = Stack(eff.server, eff.watchdog, ledger=ledger, run_id=run_id)
+    sup = stack.supervisor
     ctx = RunContext(
         cfg=eff,
         ledger=ledger,
@@ -232,18 +230,15 @@ async def execute(
         loop=asyncio.get_running_loop(),
     )
 
-    def on_server_event(ev: Event) -> None:
+    def on_event(ev: Event) -> None:
         if ev.kind == "restart":
             ctx.counters.restarts += 1
             detail = {"restart_reason": ev.detail.get("reason"), "life_id": ev.detail.get("life_id")}
             end_all_in_flight(ctx, "api_error", "server_restarted", detail)
-
-    def on_proxy_event(ev: Event) -> None:
-        if ev.kind == "stall":
+        elif ev.kind == "stall":
             ctx.counters.stalls += 1
 
-    sup_bus.subscribe(on_server_event)
-    proxy_bus.subscribe(on_proxy_event)
+    stack.bus.subscribe(on_event)
     todo = queries.unfinished(ledger, run_id)
     ctx.counters.total = total
     ctx.counters.final_before = total - len(todo)
@@ -272,9 +267,9 @@ async def execute(
                     from wedgewatch.agents import get_agent
 
                     get_agent(eff.agent.name, eff.agent)
-                    if eff.watchdog.enabled:
-                        ctx.proxy_url = await proxy.start("127.0.0.1", 0)
-                    await sup.start()
+                    await stack.start_proxy()
+                    ctx.proxy_url = stack.proxy_url
+                    await stack.start()
                     await _workers(ctx, todo)
             except BaseExceptionGroup as group:  # from the workers' TaskGroup: the first cause speaks
                 for extra in group.exceptions[1:]:
@@ -302,15 +297,8 @@ async def execute(
             # Agent threads are abandoned when a run stops early; the commands they started are
             # not: closing the run's list kills them (a finished run has none left).
             run_groups.close()
-            await asyncio.shield(_shutdown(sup, proxy))
+            await stack.stop()
     return result
-
-
-async def _shutdown(sup: Any, proxy: Any) -> None:
-    try:
-        await sup.stop()
-    finally:
-        await proxy.stop()
 
 
 def resume_run(ledger: Ledger, run_id: str) -> tuple[Config, dict[str, Any]]:

@@ -1,0 +1,92 @@
+"""A supervised server behind the watchdog proxy, as one object: what ``run``, ``serve`` and
+``wrap`` all start.
+
+One event bus carries both sides: the proxy publishes request events on it, the supervisor
+listens (``attach``) and publishes its own (``wedge``, ``restart``, ...), and whoever drives the
+stack subscribes before ``start``. Start order is proxy, then supervisor: the proxy's URL is known
+at once, and a request that arrives before the first life is ready waits for it (the watchdog's
+``restart_wait``) instead of failing. Stop order is the reverse of what a client sees: the
+supervisor ends the server's process group first (nothing is left running even if the proxy's
+shutdown is slow), then the proxy closes its connections and flushes its last rows.
+
+Imports stay one-way: cli and runner import this module; it imports proxy and supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+
+from wedgewatch.config import ServerConfig, WatchdogConfig
+from wedgewatch.events import EventBus
+from wedgewatch.ledger import Ledger
+from wedgewatch.proxy import Proxy
+from wedgewatch.supervisor import Supervisor
+
+
+class Stack:
+    """``Stack(server, watchdog, ledger=...)``; ``await start()`` (or ``async with``) and
+    ``await stop()``, which is safe to call more than once and after a failed start."""
+
+    def __init__(
+        self,
+        server: ServerConfig,
+        watchdog: WatchdogConfig,
+        *,
+        ledger: Ledger | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        self.bus = EventBus()
+        self.supervisor = Supervisor(server, ledger=ledger, bus=self.bus, run_id=run_id)
+        self.proxy = Proxy(self.supervisor, watchdog, ledger=ledger, bus=self.bus)
+        self.watchdog = watchdog
+        self._detach = self.supervisor.attach(self.bus)
+        self.proxy_url = ""  # "" when the watchdog is disabled: clients go to the server itself
+        self._stopped = False
+
+    @property
+    def url(self) -> str:
+        """Where clients send requests (root URL, without ``/v1``): the proxy, or the server's
+        current life when the watchdog is disabled."""
+        return self.proxy_url or self.supervisor.base_url
+
+    async def start_proxy(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """The proxy alone (once): its URL is known before the server is up."""
+        if self.watchdog.enabled and not self.proxy_url:
+            self.proxy_url = await self.proxy.start(host, port)
+        return self.proxy_url
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Proxy, then a ready and warmed server life; returns ``url``. On any failure (or
+        cancellation) everything started so far is stopped before the error propagates."""
+        try:
+            await self.start_proxy(host, port)
+            await self.supervisor.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self.url
+
+    async def stop(self) -> None:
+        """Server first (its whole process group), then the proxy. Shielded: a cancelled caller
+        cannot leave a server running."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await asyncio.shield(self._stop())
+
+    async def _stop(self) -> None:
+        try:
+            await self.supervisor.stop()
+        finally:
+            self._detach()
+            await self.proxy.stop()
+
+    async def __aenter__(self) -> Stack:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
