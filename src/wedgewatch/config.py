@@ -81,7 +81,10 @@ class ServerConfig(_Section):
     arg_sets: list[str] = Field(default_factory=list)
     """Named argument sets of the profile, for example `hybrid-safe` for vllm and sim."""
     lora_modules: dict[str, str] = Field(default_factory=dict)
-    """LoRA adapters, name -> path (vllm `--enable-lora --lora-modules name=path`)."""
+    """LoRA adapters served beside the base model, name -> path: vllm and sim `--enable-lora
+    --lora-modules name=path`, sglang `--enable-lora --lora-paths name=path`, llamacpp `--lora
+    path,path` (llama-server applies them to every request and lists no names). The agent asks for
+    an adapter by its name with `agent.model`."""
     command: list[str] = Field(default_factory=list)
     """Launch argv for the `command` profile; `{host}` and `{port}` are filled in."""
     url: str | None = None
@@ -144,6 +147,10 @@ class AgentConfig(_Section):
 
     name: str = "bash"
     """Agent from the registry: bash (built in), command, mini-swe-agent."""
+    model: str | None = None
+    """The name the agent puts in each request's `model`: a LoRA adapter's name from
+    `server.lora_modules`, or any name the server answers to. Unset: the server's served name
+    (`server.served_model_name`, else `server.model`)."""
     step_limit: int = Field(50, ge=1)
     """Model turns before `early_stop`/`step_limit`."""
     token_limit: int = Field(0, ge=0)

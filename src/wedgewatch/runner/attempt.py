@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.config import Config
 from wedgewatch.ledger import queries
 from wedgewatch.protocols import AgentTask, LifeInfo, Sandbox
 from wedgewatch.runner.context import AgentEnding, InFlight, Instance, RunContext, Span, run_in_thread
@@ -36,6 +37,11 @@ def _age(info: LifeInfo | None) -> dict[str, Any]:
     }
 
 
+def requested_model(cfg: Config) -> str:
+    """The model name the agent requests: ``agent.model``, else the server's served name."""
+    return cfg.agent.model or cfg.server.served_model_name or cfg.server.model
+
+
 def _agent_work(ctx: RunContext, instance: dict[str, Any], attempt_id: str, adir: Path) -> AgentEnding:
     """In the worker thread: sandbox, agent, sandbox closed. Never raises."""
     ending = AgentEnding()
@@ -53,7 +59,7 @@ def _agent_work(ctx: RunContext, instance: dict[str, Any], attempt_id: str, adir
             instance=instance,
             sandbox=sandbox,
             base_url=ctx.agent_base_url(attempt_id),
-            model=ctx.cfg.server.served_model_name or ctx.cfg.server.model,
+            model=requested_model(ctx.cfg),
             trajectory_path=adir / "trajectory.json",
         )
         t1 = time.perf_counter()

@@ -34,11 +34,17 @@ CSV_FIELDS = (
 
 
 def model_name(ledger: Ledger, run_id: str) -> str:
-    """``run.model_name`` from the run's config snapshot, else the served model name."""
+    """``run.model_name`` from the run's config snapshot, else the name the agent requested (an
+    adapter's, with ``agent.model``), else the served model name."""
     run = queries.resolve_run(ledger, run_id)
     cfg = json.loads(run["config_json"])
     server = cfg.get("server", {})
-    name = cfg.get("run", {}).get("model_name") or server.get("served_model_name") or server.get("model")
+    name = (
+        cfg.get("run", {}).get("model_name")
+        or cfg.get("agent", {}).get("model")
+        or server.get("served_model_name")
+        or server.get("model")
+    )
     return str(name or "unknown")
 
 

@@ -67,6 +67,9 @@ def start(
 ) -> Execution:
     """Load the suite (any error before a row is written), create the run, execute it."""
     rid = check_run_id(run_id) if run_id else new_run_id()
+    from wedgewatch.supervisor.profiles import check_requested_model
+
+    check_requested_model(cfg.server, cfg.agent.model)
     suite = load_suite(cfg.suite)
     if make_sandbox is None:
         check_repositories(cfg, suite)

@@ -252,6 +252,28 @@ def concurrency_limit(argv: list[str], profile: Profile) -> int | None:
     return found
 
 
+# Profiles whose server refuses a request for a model it does not serve (vLLM and SGLang answer
+# 404; llama-server and unknown servers take any name, so nothing is checked for them).
+NAME_ROUTED = ("sim", "vllm", "sglang")
+
+
+def check_requested_model(cfg: ServerConfig, requested: str | None, source: str = "config") -> None:
+    """``agent.model`` must name the served model or one of ``lora_modules`` on a server that
+    routes by name: a typo would otherwise cost every attempt an HTTP 404 (infra_failed)."""
+    if requested is None or cfg.profile not in NAME_ROUTED:
+        return
+    known = {served_name(cfg), *cfg.lora_modules}
+    if not cfg.served_model_name:
+        known.add(cfg.model)
+    if requested not in known:
+        raise ConfigError(
+            source,
+            "agent.model",
+            f"{requested!r} is neither the served model ({served_name(cfg)!r}) nor an adapter in "
+            f"server.lora_modules ({', '.join(sorted(cfg.lora_modules)) or 'none'})",
+        )
+
+
 def model_names(cfg: ServerConfig) -> set[str]:
     """Names under which /v1/models may list the served model."""
     names = {served_name(cfg), cfg.model}

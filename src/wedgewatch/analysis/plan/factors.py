@@ -114,6 +114,32 @@ def _flag_reader(flag: str, present: str, absent: str) -> Callable[[Snapshot], s
     return read
 
 
+# The adapter a `lora` factor adds when the base config serves none (the simulator takes any path).
+DEFAULT_ADAPTER = ("story-lora", "/adapters/story-lora")
+
+
+def _apply_lora(cfg: Snapshot, level: Any, used_age: int) -> None:
+    """base: the agent asks for the base model; adapter: for the config's only adapter (one is
+    added when it has none), served beside the base model under its own name."""
+    agent: dict[str, Any] = cfg.setdefault("agent", {})
+    if level == "base":
+        agent.pop("model", None)
+        return
+    if level != "adapter":
+        raise BadInput(f"--factors: lora takes base/adapter, not {level!r}")
+    mods: dict[str, str] = _server(cfg).setdefault("lora_modules", {})
+    if len(mods) > 1:
+        raise BadInput("--factors: lora: the base config serves several adapters; keep one")
+    if not mods:
+        mods[DEFAULT_ADAPTER[0]] = DEFAULT_ADAPTER[1]
+    agent["model"] = next(iter(mods))
+
+
+def _read_lora(snap: Snapshot) -> str:
+    requested = (snap.get("agent") or {}).get("model")
+    return "adapter" if requested in (snap.get("server", {}).get("lora_modules") or {}) else "base"
+
+
 def _apply_concurrency(cfg: Snapshot, level: Any, used_age: int) -> None:
     cfg.setdefault("run", {})["concurrency"] = level
 
@@ -123,6 +149,7 @@ _APPLY: dict[str, Callable[[Snapshot, Any, int], None]] = {
     "warmup": _apply_warmup,
     "flags": _apply_flags,
     "concurrency": _apply_concurrency,
+    "lora": _apply_lora,
     "prefix_caching": _flag_applier(NO_PREFIX, "off"),
     "eager": _flag_applier(EAGER, "on"),
 }
@@ -131,6 +158,7 @@ _READ: dict[str, Callable[[Snapshot], Any]] = {
     "warmup": lambda s: s.get("server", {}).get("warmup", {}).get("count", 2),
     "flags": _read_flags,
     "concurrency": lambda s: s.get("run", {}).get("concurrency", 4),
+    "lora": _read_lora,
     "prefix_caching": _flag_reader(NO_PREFIX, "off", "on"),
     "eager": _flag_reader(EAGER, "on", "off"),
 }
@@ -146,6 +174,11 @@ KNOWN: dict[str, Factor] = {
             "server.arg_sets (hybrid-safe: --no-enable-prefix-caching --enforce-eager)",
         ),
         Factor("concurrency", (4, 1), "run.concurrency"),
+        Factor(
+            "lora",
+            ("base", "adapter"),
+            "agent.model: the base model, or the adapter in server.lora_modules (one is added if none)",
+        ),
         Factor("prefix_caching", ("off", "on"), f"{NO_PREFIX} in server.args (vllm, sim)"),
         Factor("eager", ("on", "off"), f"{EAGER} in server.args (vllm, sim)"),
     )
