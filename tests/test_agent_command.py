@@ -23,10 +23,10 @@ from wedgewatch.config import AgentConfig
 from wedgewatch.errors import AgentCrash, ConfigError
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import AgentResult, AgentTask
-from wedgewatch.proxy import is_infra_outcome
 from wedgewatch.runner.retry import decide
 from wedgewatch.sandbox import LocalSandbox
 from wedgewatch.suites import load_bundled
+from wedgewatch.vocab import is_infra_outcome
 
 SECRET = "sk-command-agent-secret-42"
 

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from ledger_helpers import add_attempt, dump, evaluate, make_run, outcomes
+from wedgewatch.analysis.stats import wilson
+from wedgewatch.analysis.summary import summarise
 from wedgewatch.config import Config
 from wedgewatch.ledger import Ledger
 from wedgewatch.runner import export
 from wedgewatch.runner.import_report import import_report
-from wedgewatch.runner.summary import summarise, wilson
 
 IDS = ["res", "unres", "empty", "early", "infra", "pend", "retried"]
 

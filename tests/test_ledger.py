@@ -12,7 +12,7 @@ import pytest
 from ledger_helpers import add_attempt, evaluate, make_run, next_actions, outcomes
 from wedgewatch.errors import BadInput
 from wedgewatch.ledger import SCHEMA_VERSION, Ledger
-from wedgewatch.runner.retry import BUDGETED, MODEL_SIDE, RETRIED
+from wedgewatch.vocab import BUDGETED, MODEL_SIDE, RETRIED
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from wedgewatch.config import WatchdogConfig
-from wedgewatch.proxy import INFRA_OUTCOMES, STALL_KINDS, Stall, Watch, is_infra_outcome
+from wedgewatch.proxy import Stall, Watch
 from wedgewatch.proxy.assemble import Assembler
 from wedgewatch.proxy.progress import error_code, finish_reason, has_usage, is_error, is_progress, progress_of
 from wedgewatch.proxy.watch import Buckets
+from wedgewatch.vocab import INFRA_OUTCOMES, STALL_KINDS, is_infra_outcome
 
 CFG = WatchdogConfig(ttft_timeout=10, stall_timeout=5, min_rate=1.0, rate_window=4, total_timeout=100)
 

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 
 from ledger_helpers import dump, outcomes
+from wedgewatch.analysis.summary import summarise
 from wedgewatch.config import Config, load_config
 from wedgewatch.ledger import Ledger
 from wedgewatch.runner import main as runner_main
 from wedgewatch.runner.context import RunContext
-from wedgewatch.runner.summary import summarise
 from wedgewatch.suites import load_bundled
 
 pytestmark = pytest.mark.timeout(240)

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from ledger_helpers import make_run
+from wedgewatch.analysis.summary import summarise
 from wedgewatch.analysis.survival import kaplan_meier, loglog_band, render_text, survival
 from wedgewatch.cli import main
 from wedgewatch.config import validate
 from wedgewatch.ledger import Ledger
 from wedgewatch.runner import main as runner_main
-from wedgewatch.runner.summary import summarise
 from wedgewatch.suites import load_bundled
 
 pytestmark = pytest.mark.timeout(120)

@@ -95,7 +95,7 @@ def arm_config(arm: str, opts: DemoOptions) -> Config:
 
 def arm_figures(ledger: Ledger, run_id: str, arm: str) -> dict[str, Any]:
     """The figures of one arm's row in the table, all from the ledger."""
-    from wedgewatch.runner.summary import summarise
+    from wedgewatch.analysis.summary import summarise
 
     s = summarise(ledger, run_id)
     o = s["outcomes"]

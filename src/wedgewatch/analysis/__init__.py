@@ -9,5 +9,5 @@
 - ``survival``: Kaplan–Meier survival of server lives by age (requests, tokens or seconds).
 - ``html``: one self-contained HTML page of one or more runs, with figures from ``plots``.
 
-Reads the ledger (and files); imports nothing from the runner but its summary helpers.
+Reads the ledger (and files); imports nothing from the runner, the proxy or the supervisor.
 """

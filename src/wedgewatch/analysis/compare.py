@@ -12,11 +12,12 @@ from collections import Counter
 from typing import Any
 
 from wedgewatch.analysis import confounds, stats, twogroups
+from wedgewatch.analysis.summary import summarise
 from wedgewatch.analysis.survival import life_ages
 from wedgewatch.analysis.text import points, rate_text, table
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.runner.summary import MODEL_OUTCOMES, OUTCOMES, summarise
+from wedgewatch.vocab import MODEL_OUTCOMES, OUTCOMES, STALL_KINDS
 
 LETTERS = ("A", "B")
 
@@ -269,7 +270,7 @@ def render_text(r: dict[str, Any]) -> str:
         ["api_error per instance", ia["api_error_per_instance"], ib["api_error_per_instance"]],
         ["harness_error attempts", ia["harness_error_attempts"], ib["harness_error_attempts"]],
     ]
-    rows += [[f"stalls: {k}", ia["stalls"][k], ib["stalls"][k]] for k in queries.STALL_KINDS]
+    rows += [[f"stalls: {k}", ia["stalls"][k], ib["stalls"][k]] for k in STALL_KINDS]
     rows += [
         ["server restarts", ia["restarts"], ib["restarts"]],
         ["wedges detected", ia["wedges"], ib["wedges"]],

@@ -1,6 +1,6 @@
 """The HTML report: one self-contained page (inline CSS, figures as data URIs, no scripts, nothing
 fetched) for one run or several side by side. Figures come from ``plots``, numbers from
-``runner.summary.summarise`` and ``survival``; the page is a jinja2 template shipped in the
+``analysis.summary.summarise`` and ``survival``; the page is a jinja2 template shipped in the
 package with autoescaping on, since instance ids and reasons come from users' files.
 """
 
@@ -19,7 +19,7 @@ from wedgewatch.analysis.survival import Survival, ci_text, survival
 from wedgewatch.analysis.text import rate_text
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.runner.summary import MODEL_OUTCOMES
+from wedgewatch.vocab import MODEL_OUTCOMES
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """What the HTML report draws for one run, read from the ledger in a few queries: the summary
-(``runner.summary.summarise``, reused as it is), attempts, server lives, events, requests and the
+(``analysis.summary.summarise``, reused as it is), attempts, server lives, events, requests and the
 watched token counter's samples. Times are seconds since the run's start."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from wedgewatch.analysis.summary import summarise
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.runner.summary import summarise
 
 # Generated-token counters of the server profiles, in the order the supervisor watches them; the
 # first one a run has samples of is the one drawn (its flat stretches are wedges).

@@ -1,7 +1,7 @@
 """The statistics every analysis shares: intervals for rates and differences, exact tests.
 
-Closed forms, so that ``compare`` and ``scan`` do not pay statsmodels' import time; the tests hold
-each one against statsmodels or scipy.
+Closed forms, so that ``report``, ``compare`` and ``scan`` do not pay statsmodels' import time; the
+tests hold each one against statsmodels or scipy.
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 from typing import Any
-
-from wedgewatch.runner.summary import wilson
 
 __all__ = [
     "detectable_difference",
@@ -21,6 +19,19 @@ __all__ = [
     "rate",
     "wilson",
 ]
+
+
+def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for k successes in n trials (statsmodels' ``method='wilson'``).
+    (nan, nan) for n=0."""
+    if n == 0:
+        return math.nan, math.nan
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def rate(k: int, n: int, confidence: float = 0.95) -> dict[str, Any]:

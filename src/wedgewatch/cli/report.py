@@ -48,7 +48,7 @@ def report_cmd(
     """Summarise a run: outcomes with infra_failed and pending beside the score, resolved rates
     with 95% Wilson intervals, attempts by status, stalls by kind, server lives and restarts,
     time lost to infrastructure."""
-    from wedgewatch.runner.summary import render_table, summarise
+    from wedgewatch.analysis.summary import render_table, summarise
 
     with open_ledger(ledger) as lg:
         s = summarise(lg, run_id)

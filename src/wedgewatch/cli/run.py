@@ -83,8 +83,8 @@ def run_cmd(
 
 
 def _print_summary(ledger_path: str, run_id: str, as_json: bool) -> None:
+    from wedgewatch.analysis.summary import render_table, summarise
     from wedgewatch.ledger import Ledger
-    from wedgewatch.runner.summary import render_table, summarise
 
     if not Path(ledger_path).exists():
         return

@@ -9,11 +9,6 @@ from typing import Any
 from wedgewatch.errors import BadInput
 from wedgewatch.ledger.store import Ledger
 
-# Request outcomes that are stalls (the proxy's kinds); everything not ok/client_error counts as
-# infrastructure in summaries. The runner's own test for "this attempt hit the infrastructure"
-# uses the proxy's INFRA_OUTCOMES constant.
-STALL_KINDS = ("stall_ttft", "stall_midstream", "trickle", "total_timeout")
-
 
 def resolve_run(ledger: Ledger, run_id: str | None) -> sqlite3.Row:
     """The run row for ``run_id``, or the latest run when None. BadInput when there is none."""

@@ -29,19 +29,12 @@ from wedgewatch.proxy.context import (
     upstream_headers,
 )
 from wedgewatch.proxy.progress import error_code
-from wedgewatch.proxy.records import (
-    CLIENT_DISCONNECT,
-    CLIENT_ERROR,
-    CONNECTION,
-    OK,
-    is_infra_outcome,
-    request_row,
-    upstream_http,
-)
+from wedgewatch.proxy.records import request_row
 from wedgewatch.proxy.relay import Relay, decode
 from wedgewatch.proxy.upstream import post
 from wedgewatch.proxy.watch import Stall, Watch
 from wedgewatch.sse import SSEParser, encode_data
+from wedgewatch.vocab import CLIENT_DISCONNECT, CLIENT_ERROR, CONNECTION, OK, is_infra_outcome, upstream_http
 
 log = logging.getLogger(__name__)
 

@@ -17,30 +17,9 @@ from typing import Any
 
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import LifeInfo
-from wedgewatch.proxy.watch import STALL_KINDS, Watch
+from wedgewatch.proxy.watch import Watch
 
 log = logging.getLogger(__name__)
-
-OK = "ok"
-CONNECTION = "connection"
-CLIENT_DISCONNECT = "client_disconnect"
-CLIENT_ERROR = "client_error"
-UPSTREAM_HTTP_PREFIX = "upstream_http_"
-
-# Outcomes that are the infrastructure's fault (the runner retries the attempt), besides every
-# ``upstream_http_<5xx>``, which ``is_infra_outcome`` also accepts.
-INFRA_OUTCOMES = frozenset({*STALL_KINDS, CONNECTION})
-# Outcomes that say nothing against the infrastructure.
-OTHER_OUTCOMES = frozenset({OK, CLIENT_DISCONNECT, CLIENT_ERROR})
-
-
-def upstream_http(status: int) -> str:
-    return f"{UPSTREAM_HTTP_PREFIX}{status}"
-
-
-def is_infra_outcome(outcome: str) -> bool:
-    """True for a stall kind, ``connection`` and ``upstream_http_<code>``."""
-    return outcome in INFRA_OUTCOMES or outcome.startswith(UPSTREAM_HTTP_PREFIX)
 
 
 def request_row(

@@ -18,12 +18,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from wedgewatch.config import WatchdogConfig
-
-STALL_TTFT = "stall_ttft"
-STALL_MIDSTREAM = "stall_midstream"
-TRICKLE = "trickle"
-TOTAL_TIMEOUT = "total_timeout"
-STALL_KINDS = (STALL_TTFT, STALL_MIDSTREAM, TRICKLE, TOTAL_TIMEOUT)
+from wedgewatch.vocab import STALL_MIDSTREAM, STALL_TTFT, TOTAL_TIMEOUT, TRICKLE
 
 
 class Buckets:

@@ -8,6 +8,6 @@ reading a ledger (report, export, import-report) does not load them.
 
 from __future__ import annotations
 
-from wedgewatch.runner.retry import BUDGETED, MODEL_SIDE, RETRIED, decide
+from wedgewatch.runner.retry import decide
 
-__all__ = ["BUDGETED", "MODEL_SIDE", "RETRIED", "decide"]
+__all__ = ["decide"]

@@ -19,6 +19,15 @@ from wedgewatch.ledger import queries
 from wedgewatch.protocols import AgentTask, LifeInfo, Sandbox
 from wedgewatch.runner.context import AgentEnding, InFlight, Instance, RunContext, Span, run_in_thread
 from wedgewatch.runner.retry import decide
+from wedgewatch.vocab import (
+    API_ERROR,
+    ATTEMPT_TIMEOUT,
+    HARNESS_ERROR,
+    INTERRUPTED,
+    MODEL_SIDE,
+    RUN_STOPPED,
+    SERVER_RESTARTED,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,15 +128,15 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
     try:
         ending = await asyncio.wait_for(fut, timeout=ctx.cfg.agent.timeout + TIMEOUT_GRACE)
     except TimeoutError:
-        flight.ended_by = ("harness_error", "attempt_timeout")
+        flight.ended_by = (HARNESS_ERROR, ATTEMPT_TIMEOUT)
         await end_attempt(ctx, flight, *flight.ended_by, detail={"limit": ctx.cfg.agent.timeout})
         return flight.ended_by[0]
     except asyncio.CancelledError:
         # The run is stopping (Ctrl-C, SIGTERM): the attempt's end is a fact worth writing now;
         # a resume would otherwise find it in flight and write the same.
         if flight.ended_by is None:
-            flight.ended_by = ("interrupted", "run_stopped")
-            write_end(ctx, flight, "interrupted", "run_stopped", {"by": "stop"})
+            flight.ended_by = (INTERRUPTED, RUN_STOPPED)
+            write_end(ctx, flight, INTERRUPTED, RUN_STOPPED, {"by": "stop"})
         raise
     finally:
         ctx.inflight.pop(attempt_id, None)
@@ -202,14 +211,14 @@ async def end_attempt(
             **_age(life if life is not None and life.life_id == end_life else None),
         },
     )
-    if status == "api_error":
+    if status == API_ERROR:
         ctx.counters.api_errors += 1
     # The supervisor's consecutive-API-error counter hears about attempts that say something about
     # the server: api_error (True) and model-side endings (False). A restart's own casualties and
     # harness errors say nothing about it, and counting the former would restart in a loop.
-    if status == "api_error" and reason != "server_restarted":
+    if status == API_ERROR and reason != SERVER_RESTARTED:
         ctx.server.note_attempt(True, flight.life_id)
-    elif status in ("submitted", "early_stop"):
+    elif status in MODEL_SIDE:
         ctx.server.note_attempt(False, flight.life_id)
 
 
@@ -226,7 +235,7 @@ def write_end(ctx: RunContext, flight: InFlight, status: str, reason: str, detai
             "detail_json": detail,
         },
     )
-    if status == "api_error":
+    if status == API_ERROR:
         ctx.counters.api_errors += 1
 
 

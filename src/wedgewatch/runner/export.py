@@ -16,7 +16,7 @@ from typing import Any
 
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.runner.summary import MODEL_OUTCOMES
+from wedgewatch.vocab import MODEL_OUTCOMES
 
 FORMATS = ("swebench", "results", "csv")
 CSV_FIELDS = (

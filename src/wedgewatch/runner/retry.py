@@ -1,8 +1,8 @@
 """The retry policy: which attempt statuses are retried, and how an attempt's status is decided.
 
-The decision of *what* to run next is the ledger view ``instance_next``; this module only names
-the statuses (the view's SQL uses the same sets, and a test holds the two together) and turns an
-agent's ending plus the proxy's records into one (status, reason).
+The decision of *what* to run next is the ledger view ``instance_next``; the statuses are named
+in ``wedgewatch.vocab`` (the view's SQL uses the same sets, and a test holds the two together);
+this module turns an agent's ending plus the proxy's records into one (status, reason).
 """
 
 from __future__ import annotations
@@ -11,16 +11,7 @@ from collections.abc import Callable, Sequence
 
 from wedgewatch.errors import status_of
 from wedgewatch.protocols import AgentResult
-
-MODEL_SIDE = frozenset({"submitted", "early_stop"})
-"""Final: the model's own doing. Retrying would inflate the score."""
-RETRIED = frozenset({"api_error", "harness_error", "interrupted"})
-"""Not the model's doing: the instance gets another attempt in a fresh sandbox."""
-BUDGETED = frozenset({"api_error", "harness_error"})
-"""Retried statuses that use up the `run.attempts` budget. `interrupted` does not: the run was
-stopped (Ctrl-C, SIGKILL, a crash of wedgewatch), nothing about the instance failed, and a resume
-must end with the outcome the run would have had without the stop."""
-STATUSES = MODEL_SIDE | RETRIED
+from wedgewatch.vocab import API_ERROR, HARNESS_ERROR, MODEL_SIDE
 
 
 def decide(
@@ -38,11 +29,11 @@ def decide(
     """
     for outcome in request_outcomes:
         if is_infra(outcome):
-            return "api_error", outcome
+            return API_ERROR, outcome
     if exc is not None:
         return status_of(exc)
     if result is None:
-        return "harness_error", "no_result"
+        return HARNESS_ERROR, "no_result"
     if result.status not in MODEL_SIDE:
-        return "harness_error", f"bad_agent_status:{result.status}"
+        return HARNESS_ERROR, f"bad_agent_status:{result.status}"
     return result.status, result.reason

@@ -33,6 +33,7 @@ from wedgewatch.runner.context import RunContext, SandboxFactory, Span
 from wedgewatch.runner.evaluate import evaluate_attempt
 from wedgewatch.runner.suite import Suite
 from wedgewatch.sandbox import groups
+from wedgewatch.vocab import API_ERROR, SERVER_RESTARTED, is_infra_outcome
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,6 @@ async def execute(
 ) -> Execution:
     """Run (or go on with) ``run_id`` until every instance is final, the run is stopped, or the
     server cannot be kept up. ``cfg`` is the run's own config (from its snapshot)."""
-    from wedgewatch.proxy import is_infra_outcome
     from wedgewatch.stack import Stack
 
     eff = effective(cfg)
@@ -234,7 +234,7 @@ async def execute(
         if ev.kind == "restart":
             ctx.counters.restarts += 1
             detail = {"restart_reason": ev.detail.get("reason"), "life_id": ev.detail.get("life_id")}
-            end_all_in_flight(ctx, "api_error", "server_restarted", detail)
+            end_all_in_flight(ctx, API_ERROR, SERVER_RESTARTED, detail)
         elif ev.kind == "stall":
             ctx.counters.stalls += 1
 

@@ -29,8 +29,8 @@ from wedgewatch.analysis.text import points, table
 from wedgewatch.errors import BadInput
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
+from wedgewatch.vocab import API_ERROR, MODEL_SIDE
 
-MODEL_SIDE = ("submitted", "early_stop")
 _PART_OF_FLAGS = ("prefix_caching", "eager")  # read from the hybrid-safe set: no news when flags varies
 Z95 = 1.959963984540054
 
@@ -41,7 +41,7 @@ def _cell(ledger: Ledger, run_id: str) -> dict[str, Any]:
     )
     by = {r["status"]: int(r["n"]) for r in rows}
     events = queries.events_by_kind(ledger, run_id)
-    k = by.get("api_error", 0)
+    k = by.get(API_ERROR, 0)
     n = k + sum(by.get(s, 0) for s in MODEL_SIDE)
     return {"api_error": k, "attempts": n, "left_out": sum(by.values()) - n, "wedges": events.get("wedge", 0)}
 

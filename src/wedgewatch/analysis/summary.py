@@ -6,41 +6,24 @@ restarts, and the time the infrastructure cost.
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
-from statistics import NormalDist
 from typing import Any
 
+from wedgewatch.analysis.stats import rate
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
+from wedgewatch.vocab import (
+    API_ERROR,
+    ATTEMPT_STATUSES,
+    HARNESS_ERROR,
+    INTERRUPTED,
+    MODEL_OUTCOMES,
+    OUTCOMES,
+    STALL_KINDS,
+)
 
-OUTCOMES = ("resolved", "unresolved", "empty_patch", "early_stop", "infra_failed", "pending")
-MODEL_OUTCOMES = ("resolved", "unresolved", "empty_patch", "early_stop")
 _FIRST_LIFE_REASONS = ("run_start", "adopted")  # the supervisor's reasons for an execution's first life
-ATTEMPT_STATUSES = ("submitted", "early_stop", "api_error", "harness_error", "interrupted", "running")
-
-
-def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for k successes in n trials (statsmodels' ``method='wilson'``;
-    computed here so that a report does not pay statsmodels' import time). (nan, nan) for n=0."""
-    if n == 0:
-        return math.nan, math.nan
-    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def _rate(k: int, n: int) -> dict[str, Any]:
-    lo, hi = wilson(k, n)
-    return {
-        "k": k,
-        "n": n,
-        "rate": (k / n) if n else None,
-        "ci95": [lo, hi] if n else None,
-    }
+INFRA_STATUSES = (API_ERROR, HARNESS_ERROR, INTERRUPTED)
 
 
 def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
@@ -64,7 +47,7 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
     infra_seconds = 0.0
     for r in att:
         by_status[r["status"]] += r["n"]
-        if r["status"] in ("api_error", "harness_error", "interrupted"):
+        if r["status"] in INFRA_STATUSES:
             infra_reasons[f"{r['status']}:{r['reason']}"] += r["n"]
             infra_seconds += r["secs"] or 0.0
     retried = ledger.query(
@@ -72,7 +55,7 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
     )[0][0]
 
     requests = queries.request_outcomes(ledger, rid)
-    stalls = {k: requests.get(k, 0) for k in queries.STALL_KINDS}
+    stalls = {k: requests.get(k, 0) for k in STALL_KINDS}
     lives = queries.server_lives(ledger, rid)
     # A life started for any other reason than the start of an execution (a resume starts a
     # fresh server too) is a restart: wedge, crash, api_errors, recycle_*, start_failed, ...
@@ -95,8 +78,8 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
         "instances": n_all,
         "outcomes": by_outcome,
         "awaiting_evaluation": awaiting_eval,
-        "resolved_rate_all": _rate(by_outcome["resolved"], n_all),
-        "resolved_rate_model": _rate(by_outcome["resolved"], n_model),
+        "resolved_rate_all": rate(by_outcome["resolved"], n_all),
+        "resolved_rate_model": rate(by_outcome["resolved"], n_model),
         "attempts": {
             "total": sum(by_status.values()),
             "by_status": {k: by_status.get(k, 0) for k in ATTEMPT_STATUSES},

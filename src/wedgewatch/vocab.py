@@ -1,0 +1,85 @@
+"""The vocabulary: every word wedgewatch stores for a request, an attempt or an instance, and which
+of them are the infrastructure's doing. The runner, the proxy, the ledger's queries and analysis all
+import these names from here; the ledger's SQL views spell the same words (a test holds them to
+this module).
+
+    request outcome   ok | client_disconnect | client_error          nothing against the infrastructure
+                      stall_ttft | stall_midstream | trickle | total_timeout | connection
+                      | upstream_http_<code>                          the infrastructure's (retried)
+    attempt status    submitted | early_stop                          the model's (final)
+                      api_error | harness_error | interrupted         ours or the server's (retried)
+    instance outcome  resolved | unresolved | empty_patch | early_stop  the model's
+                      infra_failed | pending                          never counted against the model
+"""
+
+from __future__ import annotations
+
+# --- request outcomes (the proxy's rows) --------------------------------------------------------
+
+OK = "ok"
+CLIENT_DISCONNECT = "client_disconnect"
+CLIENT_ERROR = "client_error"
+CONNECTION = "connection"
+UPSTREAM_HTTP_PREFIX = "upstream_http_"
+
+STALL_TTFT = "stall_ttft"
+STALL_MIDSTREAM = "stall_midstream"
+TRICKLE = "trickle"
+TOTAL_TIMEOUT = "total_timeout"
+STALL_KINDS = (STALL_TTFT, STALL_MIDSTREAM, TRICKLE, TOTAL_TIMEOUT)
+"""The ways one request can stop making progress; the proxy ends it with that kind."""
+
+INFRA_OUTCOMES = frozenset({*STALL_KINDS, CONNECTION})
+"""Request outcomes that are the infrastructure's fault, besides every ``upstream_http_<code>``."""
+OTHER_OUTCOMES = frozenset({OK, CLIENT_DISCONNECT, CLIENT_ERROR})
+"""Request outcomes that say nothing against the infrastructure."""
+
+
+def upstream_http(status: int) -> str:
+    """The outcome of a request the server answered with HTTP ``status`` (5xx)."""
+    return f"{UPSTREAM_HTTP_PREFIX}{status}"
+
+
+def is_infra_outcome(outcome: str) -> bool:
+    """True for a stall kind, ``connection`` and ``upstream_http_<code>``."""
+    return outcome in INFRA_OUTCOMES or outcome.startswith(UPSTREAM_HTTP_PREFIX)
+
+
+# --- attempt statuses (the runner's rows) -------------------------------------------------------
+
+SUBMITTED = "submitted"
+EARLY_STOP = "early_stop"
+API_ERROR = "api_error"
+HARNESS_ERROR = "harness_error"
+INTERRUPTED = "interrupted"
+RUNNING = "running"
+"""Not stored: an attempt with no end row yet, as the ledger's views show it."""
+
+ATTEMPT_STATUSES = (SUBMITTED, EARLY_STOP, API_ERROR, HARNESS_ERROR, INTERRUPTED, RUNNING)
+MODEL_SIDE = frozenset({SUBMITTED, EARLY_STOP})
+"""Final: the model's own doing. Retrying would inflate the score."""
+RETRIED = frozenset({API_ERROR, HARNESS_ERROR, INTERRUPTED})
+"""Not the model's doing: the instance gets another attempt in a fresh sandbox."""
+BUDGETED = frozenset({API_ERROR, HARNESS_ERROR})
+"""Retried statuses that use up the ``run.attempts`` budget. ``interrupted`` does not: the run was
+stopped (Ctrl-C, SIGKILL, a crash of wedgewatch), nothing about the instance failed, and a resume
+must end with the outcome the run would have had without the stop."""
+STATUSES = MODEL_SIDE | RETRIED
+"""Every status an attempt's end row can hold."""
+
+# Reasons the runner itself gives an attempt's end (the others come from the agent, the proxy's
+# outcomes and the exception tree).
+SERVER_RESTARTED = "server_restarted"
+RUN_STOPPED = "run_stopped"
+ATTEMPT_TIMEOUT = "attempt_timeout"
+
+# --- instance outcomes (derived by the ledger's views, never stored) ----------------------------
+
+RESOLVED = "resolved"
+UNRESOLVED = "unresolved"
+EMPTY_PATCH = "empty_patch"
+INFRA_FAILED = "infra_failed"
+PENDING = "pending"
+OUTCOMES = (RESOLVED, UNRESOLVED, EMPTY_PATCH, EARLY_STOP, INFRA_FAILED, PENDING)
+MODEL_OUTCOMES = (RESOLVED, UNRESOLVED, EMPTY_PATCH, EARLY_STOP)
+"""Outcomes that are the model's: a score is taken over these, with the rest beside it."""
