@@ -24,8 +24,9 @@ from wedgewatch.events import EventBus
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import Upstream
 from wedgewatch.proxy.assemble import Kind
-from wedgewatch.proxy.context import Context, error_object, error_response
+from wedgewatch.proxy.context import Context
 from wedgewatch.proxy.exchange import Exchange
+from wedgewatch.proxy.http import error_object, error_response
 from wedgewatch.proxy.metrics import ProxyMetrics
 from wedgewatch.proxy.passthrough import passthrough
 from wedgewatch.proxy.records import RecordSink
@@ -58,6 +59,7 @@ class Proxy:
         self._sink = RecordSink(ledger, None if ledger is not None else records_path)
         self._ctx: Context | None = None
         self._runner: web.AppRunner | None = None
+        self._inflight: dict[str, Exchange] = {}  # generation requests by request id
         self._url: str | None = None
 
     @property
@@ -76,8 +78,8 @@ class Proxy:
         if self._ctx is None:
             return 0
         if attempt_id is None:
-            return len(self._ctx.inflight)
-        return sum(1 for ex in self._ctx.inflight.values() if ex.attempt_id == attempt_id)
+            return len(self._inflight)
+        return sum(1 for ex in self._inflight.values() if ex.attempt_id == attempt_id)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         # Under the 5 s after which uvicorn (vLLM, SGLang) and llama.cpp close an idle connection,
@@ -138,7 +140,12 @@ class Proxy:
         kind = GENERATIONS.get(path) if request.method == "POST" else None
         if kind is None:
             return await passthrough(ctx, request, path)
-        return await Exchange(ctx, request, kind, path, attempt_id).run()
+        ex = Exchange(ctx, request, kind, path, attempt_id)
+        self._inflight[ex.request_id] = ex
+        try:
+            return await ex.run()
+        finally:
+            self._inflight.pop(ex.request_id, None)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         assert self._ctx is not None
@@ -152,10 +159,9 @@ class Proxy:
 
     def status(self) -> dict[str, Any]:
         """What ``/wedgewatch/status`` shows: each in-flight request and how long since its last token."""
-        ctx = self._ctx
         now = self._clock()
         rows = []
-        for ex in list(ctx.inflight.values()) if ctx else []:
+        for ex in list(self._inflight.values()):
             rows.append(
                 {
                     "request_id": ex.request_id,

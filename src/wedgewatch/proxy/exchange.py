@@ -20,14 +20,8 @@ from aiohttp import web
 
 from wedgewatch.events import Event
 from wedgewatch.proxy.assemble import Assembler, Kind
-from wedgewatch.proxy.context import (
-    REQUEST_ID_HEADER,
-    Context,
-    client_headers,
-    error_object,
-    error_response,
-    upstream_headers,
-)
+from wedgewatch.proxy.context import Context
+from wedgewatch.proxy.http import REQUEST_ID_HEADER, error_object, error_response, forward_headers
 from wedgewatch.proxy.progress import error_code
 from wedgewatch.proxy.records import request_row
 from wedgewatch.proxy.relay import Relay, decode
@@ -118,7 +112,6 @@ class Exchange:
     # --- the request --------------------------------------------------------------------------
 
     async def run(self) -> web.StreamResponse:
-        self.ctx.inflight[self.request_id] = self
         try:
             return await self._run()
         except asyncio.CancelledError:
@@ -133,7 +126,6 @@ class Exchange:
                 self._timer.cancel()
             if self._resp is not None:
                 self._resp.release()
-            self.ctx.inflight.pop(self.request_id, None)
 
     async def _run(self) -> web.StreamResponse:
         raw = await self.request.read()
@@ -174,7 +166,7 @@ class Exchange:
             return await self._fail(CONNECTION, 502, "upstream_error", msg)
 
     async def _open(self, payload: bytes) -> aiohttp.ClientResponse:
-        headers = upstream_headers(self.request.headers, drop=("accept-encoding",))
+        headers = forward_headers(self.request.headers, drop=("accept-encoding",))
         headers["Accept-Encoding"] = "identity"  # SSE must not be buffered by a compressor
         headers["Content-Type"] = "application/json"
         url = (
@@ -199,7 +191,7 @@ class Exchange:
         if resp.status < 500:
             # The client's fault: the upstream's answer goes back unchanged.
             await self._end(CLIENT_ERROR, resp.status, {"error": _snippet(data)})
-            headers = client_headers(resp.headers, drop=("content-encoding",))
+            headers = forward_headers(resp.headers, drop=("content-encoding",))
             headers[REQUEST_ID_HEADER] = self.request_id
             return web.Response(status=resp.status, body=data, headers=headers)
         msg = f"upstream answered HTTP {resp.status}: {_snippet(data)}"
@@ -214,7 +206,7 @@ class Exchange:
         obj = decode(data)
         self.relay.usage = obj.get("usage") if obj is not None else None
         await self._end(OK, resp.status, {"upstream_streamed": False})
-        headers = client_headers(resp.headers, drop=("content-encoding",))
+        headers = forward_headers(resp.headers, drop=("content-encoding",))
         headers[REQUEST_ID_HEADER] = self.request_id
         return web.Response(status=resp.status, body=data, headers=headers)
 

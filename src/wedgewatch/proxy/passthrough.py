@@ -14,7 +14,8 @@ import logging
 import aiohttp
 from aiohttp import web
 
-from wedgewatch.proxy.context import Context, client_headers, error_object, error_response, upstream_headers
+from wedgewatch.proxy.context import Context
+from wedgewatch.proxy.http import error_object, error_response, forward_headers
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +34,12 @@ async def passthrough(ctx: Context, request: web.Request, path: str) -> web.Stre
             request.method,
             url,
             data=data,
-            headers=upstream_headers(request.headers),
+            headers=forward_headers(request.headers),
             timeout=aiohttp.ClientTimeout(total=deadline),
             auto_decompress=False,
             allow_redirects=False,
         ) as resp:
-            out = web.StreamResponse(status=resp.status, headers=client_headers(resp.headers))
+            out = web.StreamResponse(status=resp.status, headers=forward_headers(resp.headers))
             await out.prepare(request)
             async for chunk in resp.content.iter_any():
                 await out.write(chunk)
