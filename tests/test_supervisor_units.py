@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from wedgewatch import redact
 from wedgewatch.config import ServerConfig
 from wedgewatch.errors import ConfigError, ServerStartError, WarmupError
 from wedgewatch.supervisor import profiles
-from wedgewatch.supervisor.life import api_key, redact, redact_text
+from wedgewatch.supervisor.life import api_key
 from wedgewatch.supervisor.policy import BACKOFF_CAP, RestartPolicy
 from wedgewatch.supervisor.process import LocalServer, bind_failed, group_alive, port_busy
 from wedgewatch.supervisor.watch import Reading, WedgeDetector
@@ -206,14 +207,14 @@ def test_profile_checks_name_the_field(fields: dict[str, object], bad_field: str
 
 def test_api_keys_never_recorded() -> None:
     argv = ["vllm", "serve", "m", "--api-key", "sk-secret", "--hf-token=hf_secret", "--api-key-file", "/k"]
-    shown = redact(argv)
+    shown = redact.argv(argv)
     assert "sk-secret" not in " ".join(shown) and "hf_secret" not in " ".join(shown)
     assert "/k" in shown, "a key file's path is not a secret"
     assert api_key(argv) == "sk-secret"
     log = "non-default args: {'model': 'm', 'api_key': 'sk-secret'}\nAuthorization: Bearer sk-secret\n"
-    assert "sk-secret" not in redact_text(log)
+    assert "sk-secret" not in redact.text(log)
     assert (
-        redact_text("vllm:prompt_tokens_total 12, max_tokens=40")
+        redact.text("vllm:prompt_tokens_total 12, max_tokens=40")
         == "vllm:prompt_tokens_total 12, max_tokens=40"
     )
 

@@ -15,26 +15,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from wedgewatch import redact
 from wedgewatch.errors import BadInput
 from wedgewatch.ledger.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, VIEWS
 
 log = logging.getLogger(__name__)
 
-# Keys that must never reach the ledger, whatever a caller puts in a detail dict.
-_SECRET_KEYS = frozenset({"authorization", "api_key", "api-key", "x-api-key", "openai_api_key"})
-
-
-def _scrub(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _scrub(v) for k, v in value.items() if str(k).lower() not in _SECRET_KEYS}
-    if isinstance(value, list | tuple):
-        return [_scrub(v) for v in value]
-    return value
-
 
 def _encode(value: Any) -> Any:
     if isinstance(value, Mapping | list | tuple):
-        return json.dumps(_scrub(value), separators=(",", ":"), default=str)
+        return json.dumps(redact.data(value), separators=(",", ":"), default=str)
     if isinstance(value, Path):
         return str(value)
     return value

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import uuid
 from collections.abc import Callable
@@ -12,46 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
+from wedgewatch import redact
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import LifeInfo, ServerProcess
-from wedgewatch.supervisor.watch import Reading, WedgeDetector
+from wedgewatch.supervisor import probes
+from wedgewatch.supervisor.profiles import Series
+from wedgewatch.supervisor.watch import Reading, WedgeDetector, reduce
 
 log = logging.getLogger(__name__)
-
-_SECRET_FLAG = re.compile(r"(api[-_]?key|token|secret|password)", re.IGNORECASE)
-
-
-def redact(argv: list[str]) -> list[str]:
-    """argv as it may be recorded: the value of any key/token/secret flag replaced."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        if arg.startswith("-") and _SECRET_FLAG.search(arg) and "file" not in arg.lower():
-            if "=" in arg:
-                out.append(arg.split("=", 1)[0] + "=***")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return out
-
-
-_SECRET_TEXT = re.compile(
-    r"""((?<![a-z])(?:api[-_]?key|token|secret|password|authorization)(?![a-z0-9])['"]?\s*[:=]?\s*"""
-    r"""(?:bearer\s+)?['"]?)[^\s'",}]+""",
-    re.IGNORECASE,
-)
-
-
-def redact_text(text: str) -> str:
-    """A log excerpt as it may be recorded or shown: values after key/token words masked
-    (vLLM, for one, logs its non-default arguments, ``api_key`` included)."""
-    return _SECRET_TEXT.sub(r"\1***", text)
 
 
 def api_key(argv: list[str]) -> str | None:
@@ -127,6 +96,29 @@ class Life:
             return True
         return self.concurrency is not None and r.running is not None and r.running >= self.concurrency
 
+    async def scrape(
+        self,
+        session: aiohttp.ClientSession,
+        series: Series,
+        rec: Recorder,
+        clock: Callable[[], float],
+        headers: dict[str, str] | None,
+        timeout: float = 2.0,
+    ) -> tuple[bool, dict[str, Any] | None, str]:
+        """One scrape of this life's ``/metrics``: record the watched series, update the age, feed
+        the detector. Returns (scraped, wedge evidence or None, error)."""
+        samples, err = await probes.scrape(session, self.base_url, timeout, headers)
+        if samples is None:
+            return False, None, err
+        now = clock()
+        self.last_scrape_ok = now
+        r = reduce(samples, series, now, time.time())
+        self.reading = r
+        if r.generated is not None:
+            self.generated = r.generated
+        rec.samples(self, r, {n: samples.total(n) for n in series.names()})
+        return True, self.detector.observe(r), ""
+
 
 class Recorder:
     """Writes a life's facts to the ledger (when there is one); never raises into the caller."""
@@ -151,7 +143,7 @@ class Recorder:
                 "life_id": life.life_id,
                 "run_id": self.run_id,
                 "profile": profile,
-                "argv_json": redact(life.argv),
+                "argv_json": redact.argv(life.argv),
                 "flags_json": flags,
                 "base_url": life.base_url,
                 "pid": life.proc.pid,

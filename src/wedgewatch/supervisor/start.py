@@ -14,12 +14,13 @@ from typing import Any
 
 import aiohttp
 
+from wedgewatch import redact
 from wedgewatch.config import ServerConfig
 from wedgewatch.errors import PortBusyError, ServerStartError, WarmupError
 from wedgewatch.events import Event, EventBus
 from wedgewatch.protocols import ServerProcess
 from wedgewatch.supervisor import probes, profiles
-from wedgewatch.supervisor.life import Life, Recorder, new_life_id, redact_text
+from wedgewatch.supervisor.life import Life, Recorder, new_life_id
 from wedgewatch.supervisor.process import (
     AdoptedServer,
     HookServer,
@@ -171,7 +172,7 @@ class Starter:
     def tail(life: Life) -> str:
         if life.log_path is None or not life.log_path.exists():
             return ""
-        return f"; last lines of {life.log_path}:\n{redact_text(log_tail(life.log_path, 20))}"
+        return f"; last lines of {life.log_path}:\n{redact.text(log_tail(life.log_path, 20))}"
 
     async def warm_up(self, life: Life) -> None:
         """The warm-up requests, one after another, each under its own deadline."""

@@ -16,18 +16,18 @@ from typing import Any
 
 import aiohttp
 
+from wedgewatch import redact
 from wedgewatch.config import ServerConfig
 from wedgewatch.errors import PortBusyError, ServerDown, ServerError, ServerStartError, WarmupError
 from wedgewatch.events import Event, EventBus
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import LifeInfo
 from wedgewatch.supervisor import profiles
-from wedgewatch.supervisor.life import Life, Recorder, api_key, redact_text
+from wedgewatch.supervisor.life import Life, Recorder, api_key
 from wedgewatch.supervisor.policy import RestartPolicy
 from wedgewatch.supervisor.process import UNKNOWN_EXIT, HookServer, log_tail
 from wedgewatch.supervisor.start import Starter
 from wedgewatch.supervisor.tasks import Background, call_in_loop
-from wedgewatch.supervisor.watch import scrape_into
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ class Supervisor:
         session = self.starter.session
         if life.ready and session is not None and life.proc.poll() is None:
             # One last scrape, so the recorded age in tokens is the age at the end.
-            await scrape_into(life, session, self.series, self.rec, self.clock, self._headers, 1.0)
+            await life.scrape(session, self.series, self.rec, self.clock, self._headers, 1.0)
         code = await asyncio.to_thread(life.proc.stop, self.cfg.stop_grace) if kill else life.proc.poll()
         if not life.owned and code == UNKNOWN_EXIT:
             code = None
@@ -292,9 +292,7 @@ class Supervisor:
             if code is not None:
                 self._crash_seen(life, code)
                 return
-            ok, evidence, err = await scrape_into(
-                life, session, self.series, self.rec, self.clock, self._headers
-            )
+            ok, evidence, err = await life.scrape(session, self.series, self.rec, self.clock, self._headers)
             now = self.clock()
             if ok:
                 if evidence is not None:
@@ -342,7 +340,7 @@ class Supervisor:
     async def _on_crash(self, life: Life, code: int) -> None:
         if life.ended:
             return
-        tail = redact_text(log_tail(life.log_path)) if life.log_path else ""
+        tail = redact.text(log_tail(life.log_path)) if life.log_path else ""
         detail = {"life_id": life.life_id, "exit_code": code, "log_tail": tail}
         self.rec.event("crash", detail, life)
         self.bus.publish(Event("crash", detail))

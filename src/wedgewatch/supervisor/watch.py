@@ -2,25 +2,17 @@
 
 ``/health`` is blind to a wedge (vLLM answers 200 with its engine frozen), so liveness here is
 token progress. The detector is pure logic over readings, so deadlines are tested with a fake
-clock; the supervisor feeds it one reading per scrape.
+clock; the life it watches scrapes (``Life.scrape``) and feeds it one reading per scrape.
 """
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import aiohttp
+from typing import Any
 
 from wedgewatch import promtext
-from wedgewatch.supervisor import probes
 from wedgewatch.supervisor.profiles import Series
-
-if TYPE_CHECKING:
-    from wedgewatch.supervisor.life import Life, Recorder
 
 _EVIDENCE_SAMPLES = 60
 """Readings kept as evidence of a wedge (the flat stretch, the latest ones)."""
@@ -106,27 +98,3 @@ class WedgeDetector:
     def evidence(self) -> list[list[Any]]:
         """Recent readings as ``[wall time, tokens, running, waiting]`` rows."""
         return [x.as_row() for x in self._recent]
-
-
-async def scrape_into(
-    life: Life,
-    session: aiohttp.ClientSession,
-    series: Series,
-    rec: Recorder,
-    clock: Callable[[], float],
-    headers: dict[str, str] | None,
-    timeout: float = 2.0,
-) -> tuple[bool, dict[str, Any] | None, str]:
-    """One scrape of ``life``: record the watched series, update its age, feed its detector.
-    Returns (scraped, wedge evidence or None, error)."""
-    samples, err = await probes.scrape(session, life.base_url, timeout, headers)
-    if samples is None:
-        return False, None, err
-    now = clock()
-    life.last_scrape_ok = now
-    r = reduce(samples, series, now, time.time())
-    life.reading = r
-    if r.generated is not None:
-        life.generated = r.generated
-    rec.samples(life, r, {n: samples.total(n) for n in series.names()})
-    return True, life.detector.observe(r), ""
