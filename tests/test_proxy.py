@@ -228,7 +228,7 @@ async def test_each_stall_is_raised_at_once_without_retry_and_aborted_upstream(
     # the supervisor's subscription heard it, with the attempt
     stalls = [e for e in h.events if e.kind == "stall"]
     assert len(stalls) == 1 and stalls[0].attempt_id == "att-1"
-    assert stalls[0].detail["kind"] == kind and stalls[0].detail["request_id"] == row["request_id"]
+    assert stalls[0].outcome == kind and stalls[0].detail["request_id"] == row["request_id"]
     assert h.proxy.in_flight() == 0
 
 
@@ -378,7 +378,7 @@ async def test_upstream_5xx_and_a_dropped_connection_are_infra_errors_the_sdk_do
     assert after["received"] - before["received"] == 3 and after["dropped"] - before["dropped"] == 2
     assert [r["outcome"] for r in h.rows()] == ["upstream_http_503", "connection", "connection"]
     errors = [e for e in h.events if e.kind == "upstream_error"]
-    assert [e.detail["reason"] for e in errors] == ["upstream_http_503", "connection", "connection"]
+    assert [e.outcome for e in errors] == ["upstream_http_503", "connection", "connection"]
     assert errors[0].detail["status"] == 503 and errors[0].attempt_id == "att-1"
 
 

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from wedgewatch.config import WatchdogConfig
-from wedgewatch.events import Event, EventBus
+from wedgewatch.events import Event, EventBus, UpstreamFailed
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 
@@ -214,7 +214,7 @@ async def test_an_error_inside_the_stream_is_an_upstream_error(setup: Factory) -
     assert info.value.response.headers["x-should-retry"] == "false"
     assert info.value.body["code"] == "upstream_http_500"  # type: ignore[index]
     assert [o for o, _ in _outcomes(ledger)] == ["upstream_http_500"] * 2
-    assert [e.detail["reason"] for e in events if e.kind == "upstream_error"] == ["upstream_http_500"] * 2
+    assert [e.outcome for e in events if isinstance(e, UpstreamFailed)] == ["upstream_http_500"] * 2
 
 
 async def test_a_stream_cut_before_done_is_a_connection_failure(setup: Factory) -> None:

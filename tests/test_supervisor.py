@@ -19,7 +19,7 @@ import pytest
 from conftest import RunningServer
 from wedgewatch.config import ServerConfig, WarmupConfig
 from wedgewatch.errors import PortBusyError, ServerStartError
-from wedgewatch.events import Event, EventBus
+from wedgewatch.events import Event, EventBus, Stalled
 from wedgewatch.ledger import Ledger
 from wedgewatch.supervisor import Supervisor
 from wedgewatch.supervisor.process import group_alive
@@ -162,7 +162,7 @@ async def test_scripted_wedge_is_seen_from_metrics_and_restarted(tmp_path: Path,
         latency = t_wedge - seen[-1]
         assert latency + 0.05 >= WINDOW, "never before the window"
         assert latency <= WINDOW + 2 * INTERVAL + SLACK
-        assert ev.detail["source"] == "metrics" and ev.detail["running"] >= 1
+        assert ev.evidence["source"] == "metrics" and ev.evidence["running"] >= 1
         assert ready.detail["life_id"] != first and sup.life_id == ready.detail["life_id"]
     finally:
         await sup.stop()
@@ -383,7 +383,9 @@ async def test_proxy_stall_triggers_a_canary_and_a_failed_canary_is_a_wedge(
     sup.attach(proxy_bus)
     try:
         first = sup.life_id
-        proxy_bus.publish(Event("stall", {"life_id": first, "outcome": "stall_midstream"}))
+        proxy_bus.publish(
+            Stalled(request_id="r", path="/v1/chat/completions", life_id=first, outcome="stall_midstream")
+        )
         await asyncio.sleep(1.0)
         canaries = rows(ledger, "SELECT detail_json FROM events WHERE kind = 'canary'")
         assert len(canaries) == 1 and json.loads(canaries[0]["detail_json"])["ok"] is True
@@ -391,10 +393,12 @@ async def test_proxy_stall_triggers_a_canary_and_a_failed_canary_is_a_wedge(
 
         client = asyncio.create_task(stream(sup.base_url, "WEDGE"))
         await asyncio.sleep(0.5)
-        proxy_bus.publish(Event("stall", {"life_id": first, "outcome": "stall_midstream"}))
+        proxy_bus.publish(
+            Stalled(request_id="r", path="/v1/chat/completions", life_id=first, outcome="stall_midstream")
+        )
         _, wedge = await rec.wait_for("wedge", timeout=5)
-        assert wedge.detail["source"] == "canary" and wedge.detail["canary"]["ok"] is False
-        assert wedge.detail["trigger"]["event"] == "stall"
+        assert wedge.evidence["source"] == "canary" and wedge.evidence["canary"]["ok"] is False
+        assert wedge.evidence["trigger"]["event"] == "stall"
         await _next_ready(rec, first)
         await client
     finally:
@@ -426,7 +430,9 @@ async def test_no_canary_when_the_server_is_at_its_concurrency_limit(tmp_path: P
             if n and n[0]["value"] >= 1:
                 break
             await asyncio.sleep(0.05)
-        proxy_bus.publish(Event("stall", {"life_id": sup.life_id, "outcome": "stall_ttft"}))
+        proxy_bus.publish(
+            Stalled(request_id="r", path="/v1/chat/completions", life_id=sup.life_id, outcome="stall_ttft")
+        )
         await asyncio.sleep(0.5)
         (canary,) = rows(ledger, "SELECT detail_json FROM events WHERE kind = 'canary'")
         detail = json.loads(canary["detail_json"])
@@ -542,7 +548,9 @@ async def test_a_refused_canary_from_a_dying_server_is_a_crash_not_a_wedge(
         proc = sup._life.proc
         await stream(sup.base_url, "CRASH please")  # ends as the sockets close
         assert proc.poll() is None, "the process must still be alive when the canary is refused"
-        proxy_bus.publish(Event("stall", {"life_id": first, "outcome": "stall_midstream"}))
+        proxy_bus.publish(
+            Stalled(request_id="r", path="/v1/chat/completions", life_id=first, outcome="stall_midstream")
+        )
         _, crash = await rec.wait_for("crash", timeout=5)
         assert crash.detail["exit_code"] == 3 and crash.detail["life_id"] == first
         await _next_ready(rec, first)

@@ -18,17 +18,16 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from wedgewatch.events import Event
 from wedgewatch.proxy.assemble import Assembler, Kind
 from wedgewatch.proxy.context import Context
+from wedgewatch.proxy.ending import Ending
 from wedgewatch.proxy.http import REQUEST_ID_HEADER, error_object, error_response, forward_headers
 from wedgewatch.proxy.progress import error_code
-from wedgewatch.proxy.records import request_row
 from wedgewatch.proxy.relay import Relay, decode
 from wedgewatch.proxy.upstream import post
 from wedgewatch.proxy.watch import Stall, Watch
 from wedgewatch.sse import SSEParser, encode_data
-from wedgewatch.vocab import CLIENT_DISCONNECT, CLIENT_ERROR, CONNECTION, OK, is_infra_outcome, upstream_http
+from wedgewatch.vocab import CLIENT_DISCONNECT, CLIENT_ERROR, CONNECTION, OK, upstream_http
 
 log = logging.getLogger(__name__)
 
@@ -357,37 +356,14 @@ class Exchange:
         self._ended = True
         watch = self.watch
         duration = self.ctx.clock() - self.t0
-        life = self.life
         m = self.ctx.metrics
         m.requests.labels(outcome).inc()
         if watch.ttft is not None:
             m.ttft.observe(watch.ttft)
-        ev_detail: dict[str, Any] = {"request_id": self.request_id, "path": self.path, "outcome": outcome}
-        if life is not None:
-            ev_detail["life_id"] = life.life_id
-        if outcome == OK:
-            ev_detail.update(tokens_out=watch.tokens, ttft=watch.ttft, duration=duration)
-            self.ctx.bus.publish(Event("request_ok", ev_detail, self.attempt_id))
-        elif self.stall is not None and outcome == self.stall.kind:
-            ev_detail.update(self.stall.detail(), message=self.stall.message)
-            self.ctx.bus.publish(Event("stall", ev_detail, self.attempt_id))
-        elif is_infra_outcome(outcome):
-            ev_detail.update(reason=outcome, status=status, message=detail.get("error"))
-            self.ctx.bus.publish(Event("upstream_error", ev_detail, self.attempt_id))
-        log.log(
-            logging.DEBUG if outcome == OK else logging.INFO,
-            "request %s %s (attempt %s): %s, %d tokens in %.3f s",
-            self.request_id,
-            self.path,
-            self.attempt_id,
-            outcome,
-            watch.tokens,
-            duration,
-        )
-        row = request_row(
+        end = Ending(
             request_id=self.request_id,
             attempt_id=self.attempt_id,
-            life=life,
+            life=self.life,
             path=self.path,
             model=self.model,
             client_stream=self.client_stream,
@@ -398,5 +374,19 @@ class Exchange:
             http_status=status,
             usage=self.relay.usage,
             detail=detail,
+            stall=self.stall,
         )
-        return self.ctx.sink.submit(row)
+        event = end.event()
+        if event is not None:
+            self.ctx.bus.publish(event)
+        log.log(
+            logging.DEBUG if outcome == OK else logging.INFO,
+            "request %s %s (attempt %s): %s, %d tokens in %.3f s",
+            self.request_id,
+            self.path,
+            self.attempt_id,
+            outcome,
+            watch.tokens,
+            duration,
+        )
+        return self.ctx.sink.submit(end.row())

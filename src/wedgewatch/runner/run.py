@@ -24,7 +24,7 @@ from typing import Any
 from wedgewatch import __version__
 from wedgewatch.config import Config, validate
 from wedgewatch.errors import BadInput, ServerError, SuiteError
-from wedgewatch.events import Event
+from wedgewatch.events import Event, Restarting, Stalled
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 from wedgewatch.runner import resume
@@ -231,11 +231,11 @@ async def execute(
     )
 
     def on_event(ev: Event) -> None:
-        if ev.kind == "restart":
+        if isinstance(ev, Restarting):
             ctx.counters.restarts += 1
-            detail = {"restart_reason": ev.detail.get("reason"), "life_id": ev.detail.get("life_id")}
+            detail = {"restart_reason": ev.reason, "life_id": ev.life_id}
             end_all_in_flight(ctx, API_ERROR, SERVER_RESTARTED, detail)
-        elif ev.kind == "stall":
+        elif isinstance(ev, Stalled):
             ctx.counters.stalls += 1
 
     stack.bus.subscribe(on_event)

@@ -17,7 +17,7 @@ import aiohttp
 from wedgewatch import redact
 from wedgewatch.config import ServerConfig
 from wedgewatch.errors import PortBusyError, ServerStartError, WarmupError
-from wedgewatch.events import Event, EventBus
+from wedgewatch.events import EventBus, ServerStarting
 from wedgewatch.protocols import ServerProcess
 from wedgewatch.supervisor import probes, profiles
 from wedgewatch.supervisor.life import Life, Recorder, new_life_id
@@ -86,7 +86,7 @@ class Starter:
             concurrency=profiles.concurrency_limit(argv, self.profile),
         )
         self.rec.started(life, self.profile.name, self.flags())
-        self.bus.publish(Event("server_starting", {"life_id": life.life_id, "reason": reason}))
+        self.bus.publish(ServerStarting(life_id=life.life_id, reason=reason))
         return life
 
     def launch(self, reason: str) -> Life:

@@ -19,7 +19,18 @@ import aiohttp
 from wedgewatch import redact
 from wedgewatch.config import ServerConfig
 from wedgewatch.errors import PortBusyError, ServerDown, ServerError, ServerStartError, WarmupError
-from wedgewatch.events import Event, EventBus
+from wedgewatch.events import (
+    Crashed,
+    Event,
+    EventBus,
+    RequestEnded,
+    RequestOk,
+    Restarting,
+    ServerReady,
+    Stalled,
+    UpstreamFailed,
+    Wedged,
+)
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import LifeInfo
 from wedgewatch.supervisor import profiles
@@ -221,7 +232,7 @@ class Supervisor:
         self._last_url = life.base_url
         self.policy.life_ready()
         self.rec.ready(life)
-        self.bus.publish(Event("server_ready", {"life_id": life.life_id, "base_url": life.base_url}))
+        self.bus.publish(ServerReady(life_id=life.life_id, base_url=life.base_url))
         life.watch_task = self._bg.spawn(self._watch(life))
         self._notify()
 
@@ -263,7 +274,9 @@ class Supervisor:
                 return
             detail = {"reason": reason, "life_id": life.life_id}
             self.rec.event("restart", detail, life)
-            self.bus.publish(Event("restart", detail))  # before the group dies: the runner marks attempts
+            self.bus.publish(
+                Restarting(life_id=life.life_id, reason=reason)
+            )  # before the group dies: the runner marks attempts
             self._life = None
             await self._end(life, reason)
             try:
@@ -326,7 +339,7 @@ class Supervisor:
             "age_tokens": age.age_tokens,
         }
         self.rec.event("wedge", detail, life)
-        self.bus.publish(Event("wedge", detail))
+        self.bus.publish(Wedged(life_id=life.life_id, evidence=detail))
         log.warning("wedge on %s: %s", life.life_id, {k: v for k, v in evidence.items() if k != "samples"})
         if self.cfg.restart_on_wedge:
             await self._restart("wedge", life)
@@ -343,7 +356,7 @@ class Supervisor:
         tail = redact.text(log_tail(life.log_path)) if life.log_path else ""
         detail = {"life_id": life.life_id, "exit_code": code, "log_tail": tail}
         self.rec.event("crash", detail, life)
-        self.bus.publish(Event("crash", detail))
+        self.bus.publish(Crashed(life_id=life.life_id, exit_code=code, log_tail=tail))
         log.warning("server %s exited with code %s", life.life_id, code)
         if self.cfg.restart_on_crash:
             await self._restart("crash", life)
@@ -389,19 +402,23 @@ class Supervisor:
 
     def _on_proxy_event(self, ev: Event) -> None:
         life = self._life
-        if life is None or not life.ready or ev.kind not in ("request_ok", "stall", "upstream_error"):
+        if life is None or not life.ready or not isinstance(ev, RequestEnded):
             return
-        if ev.detail.get("life_id") not in (None, life.life_id):
+        if ev.life_id not in (None, life.life_id):
             return  # a request an earlier life served
         life.proxy_requests += 1
-        tokens = ev.detail.get("tokens_out", ev.detail.get("tokens", 0))
-        if isinstance(tokens, int | float):
-            life.proxy_tokens += int(tokens)
-        code = life.proc.poll() if ev.kind == "upstream_error" else None
+        if isinstance(ev, RequestOk | Stalled):
+            life.proxy_tokens += ev.tokens_out
+        code = life.proc.poll() if isinstance(ev, UpstreamFailed) else None
         if code is not None:
             self._crash_seen(life, code)  # a refused connection from a dead process: no canary needed
             return
-        if ev.kind != "request_ok" and not life.wedged and life.probe_task is None and not self._stopping:
+        if (
+            not isinstance(ev, RequestOk)
+            and not life.wedged
+            and life.probe_task is None
+            and not self._stopping
+        ):
             trigger = {
                 **{k: v for k, v in ev.detail.items() if isinstance(v, str | int | float)},
                 "event": ev.kind,

@@ -1,0 +1,87 @@
+"""How one generation request ended, as one value: its ledger row and its event are both read
+from it, so the two can never disagree."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from wedgewatch.events import RequestEnded, RequestOk, Stalled, UpstreamFailed
+from wedgewatch.protocols import LifeInfo
+from wedgewatch.proxy.records import request_row
+from wedgewatch.proxy.watch import Stall, Watch
+from wedgewatch.vocab import OK, is_infra_outcome
+
+
+class _Ids(TypedDict):
+    attempt_id: str | None
+    request_id: str
+    path: str
+    outcome: str
+    life_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ending:
+    request_id: str
+    attempt_id: str | None
+    life: LifeInfo | None
+    path: str
+    model: str | None
+    client_stream: bool
+    started_at: float
+    watch: Watch
+    duration: float
+    outcome: str
+    http_status: int | None
+    usage: Any
+    detail: Mapping[str, Any]
+    stall: Stall | None
+
+    def row(self) -> dict[str, Any]:
+        """The request's row (ledger ``requests`` table, or JSONL)."""
+        return request_row(
+            request_id=self.request_id,
+            attempt_id=self.attempt_id,
+            life=self.life,
+            path=self.path,
+            model=self.model,
+            client_stream=self.client_stream,
+            started_at=self.started_at,
+            watch=self.watch,
+            duration=self.duration,
+            outcome=self.outcome,
+            http_status=self.http_status,
+            usage=self.usage,
+            detail=self.detail,
+        )
+
+    def event(self) -> RequestEnded | None:
+        """What subscribers hear: a finished request, a stall, or an infrastructure failure (a
+        client's own error or disconnect says nothing about the server, so it is not published)."""
+        ids: _Ids = {
+            "attempt_id": self.attempt_id,
+            "request_id": self.request_id,
+            "path": self.path,
+            "outcome": self.outcome,
+            "life_id": self.life.life_id if self.life is not None else None,
+        }
+        stall, watch = self.stall, self.watch
+        if self.outcome == OK:
+            return RequestOk(**ids, tokens_out=watch.tokens, ttft=watch.ttft, duration=self.duration)
+        if stall is not None and self.outcome == stall.kind:
+            return Stalled(
+                **ids,
+                elapsed=round(stall.elapsed, 3),
+                since_last_token=round(stall.since_last_token, 3),
+                tokens_out=stall.tokens,
+                window=stall.window,
+                message=stall.message,
+            )
+        if is_infra_outcome(self.outcome):
+            error = self.detail.get("error")
+            return UpstreamFailed(
+                **ids, status=self.http_status, message=None if error is None else str(error)
+            )
+        return None
