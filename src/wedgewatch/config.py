@@ -48,6 +48,17 @@ class WatchdogConfig(_Section):
     passthrough_timeout: float = Field(10.0, gt=0)
     """Deadline for the reads (GET, HEAD) the proxy passes through: /v1/models, /health, /metrics.
     Other requests it does not watch (/tokenize, /v1/responses, ...) get total_timeout."""
+    restart_wait: float = Field(900.0, ge=0)
+    """Seconds a request that arrives while the supervisor replaces a server life (or before the
+    first one is ready) waits for the next ready life before it fails with `connection`. Longer
+    than a real restart (`startup_timeout`'s 600 s plus warm-up); 0 fails such requests at once.
+    Requests in flight on the life being replaced are not rescued: they fail as they did."""
+    tag_header: str = "x-wedgewatch-tag"
+    """Request header whose value tags a request with an instance (or attempt) when its path
+    has no `/a/<tag>/`: harnesses that can add a header but not change their base URL."""
+    fingerprints: bool = True
+    """Store SHA-256 hashes of each request's messages (never their text) in its row, so `audit`
+    can match untagged requests to instances by content."""
 
 
 class WarmupConfig(_Section):

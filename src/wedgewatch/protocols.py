@@ -36,6 +36,15 @@ class Upstream(Protocol):
 
 
 @runtime_checkable
+class Replaceable(Protocol):
+    """An ``Upstream`` whose server can be between lives (a restart under way, or the first life
+    not ready yet): ``life()`` is None then, and ``wait_ready`` returns once a ready life exists,
+    or raises when there will be none (the supervisor gave up or was stopped)."""
+
+    async def wait_ready(self) -> None: ...
+
+
+@runtime_checkable
 class ServerProcess(Protocol):
     """One server life: a process (or an external URL) the supervisor starts, watches and stops."""
 

@@ -1,7 +1,8 @@
 """The watchdog proxy as a library object: ``Proxy(upstream).start()`` in any event loop.
 
-Routes: ``/a/<attempt_id>/<path>`` tags a request with an attempt and ``/<path>`` leaves it
-untagged; POST to ``/v1/chat/completions`` or ``/v1/completions`` is a watched generation, any
+Routes: ``/a/<attempt_id>/<path>`` tags a request with an attempt (or, under ``wrap``, with
+whatever tag the harness chose: an instance id); ``/<path>`` takes its tag from the
+``tag_header`` request header, or is untagged; POST to ``/v1/chat/completions`` or ``/v1/completions`` is a watched generation, any
 other request passes through. ``/wedgewatch/metrics`` and ``/wedgewatch/status`` are the proxy's own.
 """
 
@@ -30,7 +31,7 @@ from wedgewatch.proxy.http import error_object, error_response
 from wedgewatch.proxy.metrics import ProxyMetrics
 from wedgewatch.proxy.passthrough import passthrough
 from wedgewatch.proxy.records import RecordSink
-from wedgewatch.proxy.upstream import StaticUpstream
+from wedgewatch.proxy.upstream import StaticUpstream, wait_for_life
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +138,15 @@ class Proxy:
         elif path.startswith("/a/"):
             msg = f"bad attempt path {path!r}: expected /a/<attempt_id>/v1/..."
             return error_response(404, error_object("invalid_request_error", "bad_attempt_path", msg))
+        else:
+            attempt_id = request.headers.get(self.watchdog.tag_header) or None
         kind = GENERATIONS.get(path) if request.method == "POST" else None
+        # A restart (or a first life not yet ready) is not an error for a request that arrives
+        # meanwhile: it waits for the next ready life, then goes to that life's address.
+        waited, unavailable = await wait_for_life(ctx.upstream, self.watchdog.restart_wait)
         if kind is None:
             return await passthrough(ctx, request, path)
-        ex = Exchange(ctx, request, kind, path, attempt_id)
+        ex = Exchange(ctx, request, kind, path, attempt_id, waited, unavailable)
         self._inflight[ex.request_id] = ex
         try:
             return await ex.run()

@@ -46,7 +46,14 @@ def _snippet(data: bytes, limit: int = 300) -> str:
 
 class Exchange:
     def __init__(
-        self, ctx: Context, request: web.Request, kind: Kind, path: str, attempt_id: str | None
+        self,
+        ctx: Context,
+        request: web.Request,
+        kind: Kind,
+        path: str,
+        attempt_id: str | None,
+        waited: float = 0.0,
+        unavailable: str | None = None,
     ) -> None:
         self.ctx = ctx
         self.request = request
@@ -72,6 +79,8 @@ class Exchange:
         self._timer: asyncio.TimerHandle | None = None
         self._ended = False
         self._loop = asyncio.get_running_loop()
+        self.waited = waited  # seconds this request waited for a ready server life
+        self.unavailable = unavailable  # why no life came within restart_wait, if none did
 
     # --- the watchdog timer -------------------------------------------------------------------
 
@@ -147,6 +156,8 @@ class Exchange:
         body["stream"] = True
         body["stream_options"] = {**opts, "include_usage": True}
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        if self.unavailable is not None:
+            return await self._fail(CONNECTION, 502, "upstream_error", self.unavailable)
         self._arm(self.watch.deadline()[0])
         try:
             resp = await self._open(payload)
@@ -360,6 +371,8 @@ class Exchange:
         m.requests.labels(outcome).inc()
         if watch.ttft is not None:
             m.ttft.observe(watch.ttft)
+        if self.waited >= 0.001:
+            detail = {**detail, "waited_for_life": round(self.waited, 3)}
         end = Ending(
             request_id=self.request_id,
             attempt_id=self.attempt_id,
