@@ -24,6 +24,7 @@ from wedgewatch.config import WatchdogConfig
 from wedgewatch.events import EventBus
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import Upstream
+from wedgewatch.proxy.arrival import Arrival, wait_for_life
 from wedgewatch.proxy.assemble import Kind
 from wedgewatch.proxy.context import Context
 from wedgewatch.proxy.exchange import Exchange
@@ -31,7 +32,7 @@ from wedgewatch.proxy.http import error_object, error_response
 from wedgewatch.proxy.metrics import ProxyMetrics
 from wedgewatch.proxy.passthrough import passthrough
 from wedgewatch.proxy.records import RecordSink
-from wedgewatch.proxy.upstream import StaticUpstream, wait_for_life
+from wedgewatch.proxy.upstream import StaticUpstream
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class Proxy:
         waited, unavailable = await wait_for_life(ctx.upstream, self.watchdog.restart_wait)
         if kind is None:
             return await passthrough(ctx, request, path)
-        ex = Exchange(ctx, request, kind, path, attempt_id, waited, unavailable)
+        ex = Exchange(ctx, request, kind, path, Arrival(attempt_id, waited, unavailable))
         self._inflight[ex.request_id] = ex
         try:
             return await ex.run()

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from wedgewatch.proxy.arrival import Arrival
 from wedgewatch.proxy.assemble import Assembler, Kind
 from wedgewatch.proxy.context import Context
 from wedgewatch.proxy.ending import Ending
@@ -45,21 +46,13 @@ def _snippet(data: bytes, limit: int = 300) -> str:
 
 
 class Exchange:
-    def __init__(
-        self,
-        ctx: Context,
-        request: web.Request,
-        kind: Kind,
-        path: str,
-        attempt_id: str | None,
-        waited: float = 0.0,
-        unavailable: str | None = None,
-    ) -> None:
+    def __init__(self, ctx: Context, request: web.Request, kind: Kind, path: str, arrival: Arrival) -> None:
         self.ctx = ctx
         self.request = request
         self.kind = kind
         self.path = path  # "/v1/chat/completions", without the /a/<attempt_id> prefix
-        self.attempt_id = attempt_id
+        self.arrival = arrival
+        self.attempt_id = arrival.attempt_id
         self.request_id = f"{ctx.ids.getrandbits(64):016x}"
         self.started_at = time.time()
         self.t0 = ctx.clock()
@@ -79,8 +72,6 @@ class Exchange:
         self._timer: asyncio.TimerHandle | None = None
         self._ended = False
         self._loop = asyncio.get_running_loop()
-        self.waited = waited  # seconds this request waited for a ready server life
-        self.unavailable = unavailable  # why no life came within restart_wait, if none did
 
     # --- the watchdog timer -------------------------------------------------------------------
 
@@ -156,8 +147,10 @@ class Exchange:
         body["stream"] = True
         body["stream_options"] = {**opts, "include_usage": True}
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-        if self.unavailable is not None:
-            return await self._fail(CONNECTION, 502, "upstream_error", self.unavailable)
+        if self.ctx.cfg.fingerprints:
+            self.arrival.hash_body(body)
+        if self.arrival.unavailable is not None:
+            return await self._fail(CONNECTION, 502, "upstream_error", self.arrival.unavailable)
         self._arm(self.watch.deadline()[0])
         try:
             resp = await self._open(payload)
@@ -371,8 +364,7 @@ class Exchange:
         m.requests.labels(outcome).inc()
         if watch.ttft is not None:
             m.ttft.observe(watch.ttft)
-        if self.waited >= 0.001:
-            detail = {**detail, "waited_for_life": round(self.waited, 3)}
+        detail = {**detail, **self.arrival.detail()}
         end = Ending(
             request_id=self.request_id,
             attempt_id=self.attempt_id,

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Mapping
 
 import aiohttp
 
-from wedgewatch.protocols import LifeInfo, Replaceable, Upstream
+from wedgewatch.protocols import LifeInfo
 
 log = logging.getLogger(__name__)
 
@@ -33,27 +31,6 @@ async def post(
             raise
         log.info("%s: upstream closed the connection unanswered (%s); sent again", request_id, exc)
     return await session.post(url, data=payload, headers=headers)
-
-
-async def wait_for_life(upstream: Upstream, wait: float) -> tuple[float, str | None]:
-    """Before a request is sent: when the upstream is between lives, wait up to ``wait`` seconds
-    for the next ready one. Returns (seconds waited, None), or (seconds waited, why) when no life
-    came: the request then fails as a ``connection`` error without reaching a dead address.
-
-    Without this, a request that arrives during a restart goes to the old life's address, which
-    refuses it within milliseconds, and the harness scores a model failure for a restart.
-    """
-    if not isinstance(upstream, Replaceable) or upstream.life() is not None:
-        return 0.0, None
-    t0 = time.monotonic()
-    try:
-        async with asyncio.timeout(wait):
-            await upstream.wait_ready()
-    except TimeoutError:
-        return time.monotonic() - t0, f"no ready server life within restart_wait ({wait:g} s)"
-    except Exception as exc:  # the supervisor gave up, or is stopping
-        return time.monotonic() - t0, f"no server life: {exc}"
-    return time.monotonic() - t0, None
 
 
 class StaticUpstream:
