@@ -28,15 +28,16 @@ check: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/wedgewatch bench proxy
 	$(BIN)/wedgewatch bench runner
 	$(BIN)/wedgewatch bench llamacpp
 
-# Regenerates the lock from pyproject.toml (needs network to PyPI).
+# Regenerates the one lock from pyproject.toml, every extra included (needs network to PyPI).
 lock: $(STAMP)
-	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --extra all --extra dev --python-version 3.11 -o requirements.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -20,6 +20,7 @@ from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from wedgewatch import __version__
 from wedgewatch.cli._app import app
 from wedgewatch.errors import BadInput, WedgewatchError
+from wedgewatch.extras import missing_extra
 
 log = logging.getLogger(__name__)
 
@@ -72,4 +73,9 @@ def main(argv: list[str] | None = None) -> None:
         fail(str(exc).replace("\n", " "), 1)
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except ModuleNotFoundError as exc:
+        hint = missing_extra(exc)
+        if hint is None:
+            raise
+        fail(hint)
     raise SystemExit(rc if isinstance(rc, int) else 0)
