@@ -27,8 +27,8 @@ from wedgewatch.config import WatchdogConfig
 from wedgewatch.events import Event, EventBus
 from wedgewatch.ledger import Ledger
 from wedgewatch.promtext import parse as parse_prom
-from wedgewatch.protocols import LifeInfo
 from wedgewatch.proxy import Proxy
+from wedgewatch.testing import ChangingLives
 
 KEY = "sk-wedgewatch-test-SECRET-4242"
 MODEL = "sim-model"
@@ -483,28 +483,10 @@ async def test_own_metrics_and_status_show_stalls_and_in_flight_requests(harness
     assert prom.total("wedgewatch_proxy_inter_token_seconds_bucket", le="+Inf") == 11
 
 
-class _Life:
-    """An Upstream whose server life changes between requests, as the supervisor's does."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.n = 0
-
-    @property
-    def base_url(self) -> str:
-        return self.url
-
-    def life(self) -> LifeInfo:
-        self.n += 1
-        return LifeInfo(
-            f"life-{self.n}", age_seconds=10.0 * self.n, age_requests=self.n, age_tokens=100 * self.n
-        )
-
-
 async def test_each_row_names_the_server_life_and_its_age_at_the_start(
     harness: Factory, sim: RunningServer
 ) -> None:
-    h = await harness(upstream=_Life(sim.url))
+    h = await harness(upstream=ChangingLives(sim.url))
     for _ in range(2):
         await h.client().chat.completions.create(model=MODEL, messages=_msg("hi"), max_tokens=3)
     rows = h.rows()

@@ -8,155 +8,47 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import openai
 import pytest
-from aiohttp import web
 
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.events import Event, EventBus, UpstreamFailed
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
+from wedgewatch.testing import ScriptedUpstream
 
 KEY = "sk-edge-SECRET"
 
 
-def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {
-        "id": "c-1",
-        "object": "chat.completion.chunk",
-        "created": 7,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-    }
-
-
-def _sse(obj: Any, sep: str = "\n", pretty: bool = False) -> bytes:
-    text = obj if isinstance(obj, str) else json.dumps(obj, indent=1 if pretty else None).replace("\n", " ")
-    return f"data: {text}{sep}{sep}".encode()
-
-
-class Upstream:
-    """Answers by the last user message; remembers each request it saw."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[dict[str, str], dict[str, Any]]] = []
-        self.hung_up = asyncio.Event()  # set when a request that never answers loses its client
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        self.seen.append((dict(request.headers), body))
-        word = body["messages"][-1]["content"]
-        if word == "DROP" or (word == "DROP_ONCE" and len(self.seen) == 1):
-            # The connection closes unanswered, as a server's keep-alive timer closes an idle
-            # connection just as the proxy writes a request on it.
-            assert request.transport is not None
-            request.transport.close()
-            await asyncio.sleep(3600)  # cancelled at once: the connection is gone
-        if word == "DROP_ONCE":
-            word = "CRLF"
-        if word == "HANG":  # not even headers: a server wedged before it answers
-            try:
-                await asyncio.sleep(3600)
-            except asyncio.CancelledError:
-                self.hung_up.set()
-                raise
-        if word == "JSON":
-            answer = {
-                "id": "x",
-                "object": "chat.completion",
-                "choices": [],
-                "usage": {"completion_tokens": 2},
-            }
-            return web.json_response(answer)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(_sse(_chunk({"role": "assistant", "content": ""})))
-        if word == "CRLF":
-            for t in ("Hello", " there"):
-                await resp.write(_sse(_chunk({"content": t}), sep="\r\n", pretty=True))
-            await resp.write(_sse(_chunk({"content": ""}, "stop"), sep="\r\n", pretty=True))
-            await resp.write(_sse({"id": "c-1", "choices": [], "usage": {"completion_tokens": 2}}, "\r\n"))
-            await resp.write(_sse("[DONE]", sep="\r\n"))
-        elif word == "ERROR":
-            await resp.write(_sse(_chunk({"content": "Hi"})))
-            err = {
-                "error": {
-                    "object": "error",
-                    "message": "engine died",
-                    "type": "InternalServerError",
-                    "code": 500,
-                }
-            }
-            await resp.write(_sse(err))
-            await resp.write(_sse("[DONE]"))
-        elif word == "CUT":
-            await resp.write(_sse(_chunk({"content": "Hi"})))
-        elif word == "CUT0":  # a role chunk, then the end: not one token
-            pass
-        await resp.write_eof()
-        return resp
-
-    async def responses(self, request: web.Request) -> web.StreamResponse:
-        """An endpoint the proxy does not watch, streaming: one event every 0.4 s; "STALL" stops
-        after the first."""
-        body = await request.json()
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        for i in range(4):
-            if i:
-                await asyncio.sleep(3600 if body["input"] == "STALL" else 0.4)
-            await resp.write(_sse({"type": "response.output_text.delta", "delta": f"w{i}"}))
-        await resp.write_eof()
-        return resp
-
-    async def slow_read(self, request: web.Request) -> web.Response:
-        await asyncio.sleep(3600)
-        return web.Response()
-
-
-Factory = Callable[..., Awaitable[tuple[Proxy, Upstream, Ledger, list[Event]]]]
+Factory = Callable[..., Awaitable[tuple[Proxy, ScriptedUpstream, Ledger, list[Event]]]]
 
 
 @pytest.fixture
 async def setup(tmp_path: Path) -> AsyncIterator[Factory]:
-    runners: list[web.AppRunner] = []
-    proxies: list[Proxy] = []
+    async with AsyncExitStack() as stack:
 
-    async def make(**watchdog: float) -> tuple[Proxy, Upstream, Ledger, list[Event]]:
-        up = Upstream()
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", up.handle)
-        app.router.add_post("/v1/responses", up.responses)
-        app.router.add_get("/v1/slow", up.slow_read)
-        runner = web.AppRunner(app, handler_cancellation=True)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        port = runner.addresses[0][1]
-        ledger = Ledger(tmp_path / "l.sqlite")
-        bus = EventBus()
-        events: list[Event] = []
-        bus.subscribe(events.append)
-        proxy = Proxy(
-            f"http://127.0.0.1:{port}/v1",
-            WatchdogConfig(**{"ttft_timeout": 2, "stall_timeout": 2, **watchdog}),
-            ledger=ledger,
-            bus=bus,
-        )
-        await proxy.start()
-        proxies.append(proxy)
-        return proxy, up, ledger, events
+        async def make(**watchdog: float) -> tuple[Proxy, ScriptedUpstream, Ledger, list[Event]]:
+            up = ScriptedUpstream()
+            url = await stack.enter_async_context(up.serve())
+            ledger = Ledger(tmp_path / "l.sqlite")
+            bus = EventBus()
+            events: list[Event] = []
+            bus.subscribe(events.append)
+            proxy = Proxy(
+                f"{url}/v1",
+                WatchdogConfig(**{"ttft_timeout": 2, "stall_timeout": 2, **watchdog}),
+                ledger=ledger,
+                bus=bus,
+            )
+            await proxy.start()
+            stack.push_async_callback(proxy.stop)
+            return proxy, up, ledger, events
 
-    yield make
-    for p in proxies:
-        await p.stop()
-    for r in runners:
-        await r.cleanup()
+        yield make
 
 
 def _client(proxy: Proxy) -> openai.AsyncOpenAI:

@@ -14,6 +14,7 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import LifeInfo
 from wedgewatch.runner.context import Counters, RunContext
 from wedgewatch.runner.progress import render
+from wedgewatch.testing import FixedLife
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -61,15 +62,6 @@ def test_run_needs_a_config_or_resume(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "none.sqlite does not exist" in proc.stderr
 
 
-class _Server:
-    """Stands in for the supervisor: the display only reads the life's age."""
-
-    life_id = "life-x"
-
-    def life(self) -> LifeInfo:
-        return LifeInfo("life-x", 42.0, 17, 9000)
-
-
 def test_progress_shows_done_running_retried_life_age_and_stalls() -> None:
     from rich.console import Console
 
@@ -79,7 +71,7 @@ def test_progress_shows_done_running_retried_life_age_and_stalls() -> None:
         run_id="r",
         workdir=Path("/tmp"),
         proxy_url="",
-        server=_Server(),  # type: ignore[arg-type]
+        server=FixedLife(LifeInfo("life-x", 42.0, 17, 9000)),  # type: ignore[arg-type]
         make_sandbox=lambda i, p: None,  # type: ignore[arg-type,return-value]
         is_infra=lambda o: False,
         counters=Counters(total=10, final_before=2, done=3, running=4, retried=1, stalls=5, restarts=1),

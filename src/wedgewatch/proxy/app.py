@@ -12,14 +12,13 @@ import asyncio
 import json
 import logging
 import re
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from wedgewatch.clock import SYSTEM, Clock
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.events import EventBus
 from wedgewatch.ledger import Ledger
@@ -52,7 +51,7 @@ class Proxy:
         ledger: Ledger | None = None,
         records_path: Path | None = None,
         bus: EventBus | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.upstream: Upstream = StaticUpstream(upstream) if isinstance(upstream, str) else upstream
         self.watchdog = watchdog or WatchdogConfig()

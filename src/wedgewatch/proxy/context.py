@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from wedgewatch.clock import Clock
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.events import EventBus
 from wedgewatch.protocols import Upstream
@@ -20,7 +20,7 @@ class Context:
     session: aiohttp.ClientSession
     upstream: Upstream
     cfg: WatchdogConfig
-    clock: Callable[[], float]
+    clock: Clock  # readings and the request deadlines' timers
     bus: EventBus
     sink: RecordSink
     metrics: ProxyMetrics

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from wedgewatch.clock import Timer
 from wedgewatch.proxy.arrival import Arrival
 from wedgewatch.proxy.assemble import Assembler, Kind
 from wedgewatch.proxy.context import Context
@@ -69,14 +70,13 @@ class Exchange:
         self._ctype = "text/event-stream"
         self._fetch: asyncio.Future[aiohttp.ClientResponse] | None = None
         self._resp: aiohttp.ClientResponse | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._ended = False
-        self._loop = asyncio.get_running_loop()
 
     # --- the watchdog timer -------------------------------------------------------------------
 
     def _arm(self, when: float) -> None:
-        self._timer = self._loop.call_later(max(0.0, when - self.ctx.clock()), self._on_timer)
+        self._timer = self.ctx.clock.call_later(max(0.0, when - self.ctx.clock()), self._on_timer)
 
     def _rearm(self) -> None:
         """The first token moves the deadline from ``ttft_timeout`` to ``stall_timeout``, which

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
 from wedgewatch import redact
+from wedgewatch.clock import SYSTEM, Clock
 from wedgewatch.config import ServerConfig
 from wedgewatch.errors import PortBusyError, ServerDown, ServerError, ServerStartError, WarmupError
 from wedgewatch.events import (
@@ -59,7 +59,7 @@ class Supervisor:
         ledger: Ledger | None = None,
         bus: EventBus | None = None,
         run_id: str | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.cfg = cfg
         self.profile = profiles.check(cfg)
@@ -218,7 +218,7 @@ class Supervisor:
                 self.policy.count(exc, kind)
                 delay = self.policy.backoff(failures)
                 log.warning("%s (%s); retrying in %.1fs", kind, str(exc).splitlines()[0], delay)
-                await asyncio.sleep(delay)
+                await self.clock.sleep(delay)
                 reason, run_hook = kind, True
             except BaseException:
                 await asyncio.shield(self._end(life, "stop"))
@@ -322,7 +322,7 @@ class Supervisor:
                     self._probe(life, {"kind": "metrics_unreachable", "error": err})
                 )
             nxt += interval
-            await asyncio.sleep(max(0.0, nxt - self.clock()))
+            await self.clock.sleep(max(0.0, nxt - self.clock()))
             if self.clock() - nxt > interval:
                 nxt = self.clock()  # we fell behind (a slow scrape): do not burst to catch up
 

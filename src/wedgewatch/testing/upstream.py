@@ -1,0 +1,134 @@
+"""A scripted upstream: a tiny aiohttp server (not the simulator) answering by the last user
+message, for upstream behaviours the simulator does not produce. Words: ``HANG`` (no headers,
+ever), ``DROP`` / ``DROP_ONCE`` (the connection closes unanswered), ``JSON`` (ignores
+``stream: true``), ``CRLF`` (CRLF framing, pretty-printed JSON), ``ERROR`` (an error object inside
+the stream), ``STALL`` (one token, then silence), ``CUT`` (one token, then the end without ``[DONE]``), ``CUT0`` (a role chunk, then the
+end); anything else streams two tokens. ``/v1/responses`` streams an unwatched endpoint; a
+``GET /v1/slow`` never answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from aiohttp import web
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "c-1",
+        "object": "chat.completion.chunk",
+        "created": 7,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+
+
+def _sse(obj: Any, sep: str = "\n", pretty: bool = False) -> bytes:
+    text = obj if isinstance(obj, str) else json.dumps(obj, indent=1 if pretty else None).replace("\n", " ")
+    return f"data: {text}{sep}{sep}".encode()
+
+
+class ScriptedUpstream:
+    """Answers by the last user message; remembers each request it saw (headers, body)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.hung_up = asyncio.Event()  # set when a request that never answers loses its client
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.seen.append((dict(request.headers), body))
+        word = body["messages"][-1]["content"]
+        if word == "DROP" or (word == "DROP_ONCE" and len(self.seen) == 1):
+            # The connection closes unanswered, as a server's keep-alive timer closes an idle
+            # connection just as the proxy writes a request on it.
+            assert request.transport is not None
+            request.transport.close()
+            await asyncio.sleep(3600)  # cancelled at once: the connection is gone
+        if word == "DROP_ONCE":
+            word = "CRLF"
+        if word == "HANG":  # not even headers: a server wedged before it answers
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.hung_up.set()
+                raise
+        if word == "JSON":
+            answer = {
+                "id": "x",
+                "object": "chat.completion",
+                "choices": [],
+                "usage": {"completion_tokens": 2},
+            }
+            return web.json_response(answer)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(_sse(_chunk({"role": "assistant", "content": ""})))
+        if word == "CRLF":
+            for t in ("Hello", " there"):
+                await resp.write(_sse(_chunk({"content": t}), sep="\r\n", pretty=True))
+            await resp.write(_sse(_chunk({"content": ""}, "stop"), sep="\r\n", pretty=True))
+            await resp.write(_sse({"id": "c-1", "choices": [], "usage": {"completion_tokens": 2}}, "\r\n"))
+            await resp.write(_sse("[DONE]", sep="\r\n"))
+        elif word == "ERROR":
+            await resp.write(_sse(_chunk({"content": "Hi"})))
+            err = {
+                "error": {
+                    "object": "error",
+                    "message": "engine died",
+                    "type": "InternalServerError",
+                    "code": 500,
+                }
+            }
+            await resp.write(_sse(err))
+            await resp.write(_sse("[DONE]"))
+        elif word == "STALL":  # one token, then silence with the connection open
+            await resp.write(_sse(_chunk({"content": "Hi"})))
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.hung_up.set()
+                raise
+        elif word == "CUT":
+            await resp.write(_sse(_chunk({"content": "Hi"})))
+        elif word == "CUT0":  # a role chunk, then the end: not one token
+            pass
+        await resp.write_eof()
+        return resp
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        """An endpoint the proxy does not watch, streaming: one event every 0.4 s; "STALL" stops
+        after the first."""
+        body = await request.json()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(4):
+            if i:
+                await asyncio.sleep(3600 if body["input"] == "STALL" else 0.4)
+            await resp.write(_sse({"type": "response.output_text.delta", "delta": f"w{i}"}))
+        await resp.write_eof()
+        return resp
+
+    async def slow_read(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        return web.Response()
+
+    @asynccontextmanager
+    async def serve(self, host: str = "127.0.0.1") -> AsyncIterator[str]:
+        """Listen on a free port; yields the root URL (``http://host:port``)."""
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        app.router.add_post("/v1/responses", self.responses)
+        app.router.add_get("/v1/slow", self.slow_read)
+        runner = web.AppRunner(app, handler_cancellation=True)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, host, 0)
+            await site.start()
+            yield f"http://{host}:{runner.addresses[0][1]}"
+        finally:
+            await runner.cleanup()

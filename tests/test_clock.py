@@ -1,0 +1,115 @@
+"""Deadlines and restart backoff on the manual clock: the proxy's first-token and mid-stream
+deadlines and the supervisor's backoff between failed starts fire when the test moves the clock,
+in no real seconds, against real sockets and real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import openai
+import pytest
+
+from wedgewatch.config import ServerConfig, WatchdogConfig
+from wedgewatch.errors import ServerStartError
+from wedgewatch.ledger import Ledger
+from wedgewatch.proxy import Proxy
+from wedgewatch.supervisor import Supervisor
+from wedgewatch.testing import ManualClock, ScriptedUpstream, eventually_async, settle
+
+
+async def test_manual_clock_fires_timers_and_sleepers_in_order_and_honours_cancel() -> None:
+    clock = ManualClock(start=0.0)
+    fired: list[tuple[str, float]] = []
+    clock.call_later(5, lambda: fired.append(("b", clock())))
+    clock.call_later(2, lambda: fired.append(("a", clock())))
+    clock.call_later(3, lambda: fired.append(("never", clock()))).cancel()
+
+    async def sleeper() -> None:
+        await clock.sleep(4)
+        fired.append(("slept", clock()))
+
+    task = asyncio.create_task(sleeper())
+    await settle()
+    await clock.advance(3.9)
+    assert fired == [("a", 2.0)] and clock() == 3.9
+    await clock.advance(10)
+    await task
+    assert fired == [("a", 2.0), ("slept", 4.0), ("b", 5.0)]
+    assert clock.pending() == 0
+
+
+@pytest.mark.parametrize(
+    ("word", "field", "kind"),
+    [("HANG", "ttft_timeout", "stall_ttft"), ("STALL", "stall_timeout", "stall_midstream")],
+)
+async def test_a_proxy_deadline_fires_on_the_manual_clock_not_before(
+    tmp_path: Path, word: str, field: str, kind: str
+) -> None:
+    clock = ManualClock()
+    up = ScriptedUpstream()
+    watchdog = WatchdogConfig(ttft_timeout=60, stall_timeout=20, total_timeout=600)
+    window = getattr(watchdog, field)
+    async with up.serve() as url:
+        ledger = Ledger(tmp_path / "l.sqlite")
+        proxy = Proxy(f"{url}/v1", watchdog, ledger=ledger, clock=clock)
+        await proxy.start()
+        try:
+            client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0, timeout=30)
+
+            async def ask() -> None:
+                stream = await client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": word}], stream=True
+                )
+                async for _ in stream:
+                    pass
+
+            call = asyncio.create_task(ask())
+            await eventually_async(lambda: len(up.seen) == 1 and clock.pending() >= 1, what="armed")
+            if word == "STALL":  # the first token has reached the proxy: its deadline moved
+                await eventually_async(lambda: proxy.status()["in_flight"][0]["tokens_out"] == 1)
+            await clock.advance(window - 0.5)
+            await asyncio.sleep(0.2)  # real time passes too: nothing may fire on it
+            assert not call.done() and proxy.in_flight() == 1
+            await clock.advance(1.0)
+            with pytest.raises(openai.APIError) as err:
+                await asyncio.wait_for(call, 10)
+            assert err.value.code == kind
+            await asyncio.wait_for(up.hung_up.wait(), 5)  # aborted upstream
+            row = ledger.query("SELECT outcome FROM requests")[0]
+            assert row["outcome"] == kind
+        finally:
+            await proxy.stop()
+
+
+async def test_restart_backoff_waits_on_the_supervisors_clock(tmp_path: Path) -> None:
+    # A server that exits at once: start, fail, back off 30 s, start again, give up. The 30 s are
+    # the manual clock's: the second start happens only when the test moves it.
+    clock = ManualClock()
+    script = "import sys; sys.exit(3)"
+    cfg = ServerConfig(
+        profile="command",
+        command=[sys.executable, "-c", script],
+        port=1,  # never listened on: the process exits first
+        log_dir=str(tmp_path / "logs"),
+        restart_backoff=30.0,
+        max_restarts=1,
+        startup_timeout=20.0,
+    )
+    ledger = Ledger(tmp_path / "l.sqlite")
+    sup = Supervisor(cfg, ledger=ledger, clock=clock)
+    starting = asyncio.create_task(sup.start())
+
+    def lives() -> int:
+        return int(ledger.query("SELECT COUNT(*) FROM server_lives")[0][0])
+
+    await eventually_async(lambda: lives() == 1 and clock.pending() >= 1, what="first start failed")
+    await asyncio.sleep(0.3)
+    assert lives() == 1 and not starting.done()  # waiting on the clock, not on real time
+    await clock.advance(29.0)
+    assert lives() == 1
+    await clock.advance(1.5)
+    with pytest.raises(ServerStartError, match="gave up after 1 restarts"):
+        await asyncio.wait_for(starting, 20)
+    assert lives() == 2
