@@ -1,7 +1,8 @@
 """The one settings module: every knob of a run or a supervised server, with its default and why.
 
-A config file is TOML with the sections ``[server]``, ``[watchdog]``, ``[agent]``, ``[suite]`` and
-``[run]``. ``load_config`` turns any problem into ``ConfigError`` naming the file and the field.
+A config file is TOML with the sections ``[server]``, ``[watchdog]``, ``[agent]``, ``[suite]``,
+``[run]`` and ``[sandbox]``. ``load_config`` turns any problem into ``ConfigError`` naming the file
+and the field.
 Defaults come from the story (DESIGN.md, "Defaults that come from the story").
 """
 
@@ -213,6 +214,49 @@ class SuiteConfig(_Section):
     """Directory of local mirrors, `<repo with / replaced by __>` per repository."""
 
 
+class SandboxConfig(_Section):
+    """Where an attempt's commands run (docs/sandboxes.md): which backend, and its limits."""
+
+    kind: str = "local"
+    """Backend from the registry: `local` (a directory, the same user: no isolation), `bwrap`
+    (bubblewrap: host read-only, no network, own PID namespace, limits), `container` (one container
+    per attempt from the instance's image, through `container_cli`)."""
+    container_cli: str = "docker"
+    """`docker` or `podman` (or a path to either): the CLI the `container` backend drives."""
+    container_args: list[str] = Field(default_factory=list)
+    """Extra arguments of `<cli> run` for hosts that need them, for example podman on a host where
+    crun fails: `["--runtime", "runc"]`."""
+    image: str | None = None
+    """Image for every instance, in place of the instance's own (`image_name`, `docker_image`,
+    `image`) or SWE-bench's name for it (`swebench/sweb.eval.x86_64.<id>:latest`)."""
+    pull: bool = False
+    """Pull an instance's image that is not in the engine's local storage (needs a registry); off:
+    the attempt ends `harness_error` naming the image."""
+    pull_timeout: float = Field(1800.0, gt=0)
+    """Seconds a pull may take (SWE-bench images are gigabytes)."""
+    workdir: str = "/testbed"
+    """The repository's directory inside a container (SWE-bench images keep it at /testbed)."""
+    network: bool = False
+    """Let sandboxed commands reach the network (bwrap, container). Off: an agent's commands reach
+    nothing, the agent's own LLM calls are made outside the sandbox and are unaffected."""
+    cpu_seconds: int = Field(600, ge=1)
+    """CPU seconds one command may use (RLIMIT_CPU; bwrap and container)."""
+    memory_mb: int = Field(4096, ge=16)
+    """Address space of each process in MiB (RLIMIT_AS; bwrap), memory of the container (container)."""
+    file_size_mb: int = Field(1024, ge=1)
+    """Largest file a command may write, in MiB (RLIMIT_FSIZE): a runaway write stops there."""
+    processes: int = Field(256, ge=8)
+    """Processes a sandbox may hold at once: a fork bomb stops there (bwrap: RLIMIT_NPROC of the
+    sandbox's own uid; container: `--pids-limit`)."""
+    open_files: int = Field(1024, ge=64)
+    """Open files per process (RLIMIT_NOFILE)."""
+    tmp_size_mb: int = Field(512, ge=1)
+    """Size of the private /tmp (bwrap: a tmpfs of its own)."""
+    uid_base: int = Field(200_000, ge=1000)
+    """bwrap run by root: each sandbox runs as its own uid, picked from `uid_base` to
+    `uid_base + 65535`, so its process limit and its signals reach only its own processes."""
+
+
 class RunConfig(_Section):
     """How the run is driven."""
 
@@ -253,6 +297,8 @@ class Config(_Section):
     """The instances."""
     run: RunConfig = Field(default_factory=RunConfig)
     """The run itself."""
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    """Where the agents' commands and the evaluations run."""
 
     def snapshot(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -262,7 +308,7 @@ class Config(_Section):
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-Section = Literal["server", "watchdog", "agent", "suite", "run"]
+Section = Literal["server", "watchdog", "agent", "suite", "run", "sandbox"]
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:

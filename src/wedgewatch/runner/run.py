@@ -119,12 +119,16 @@ def load_run_config(ledger: Ledger, run_id: str) -> Config:
 
 
 def default_sandbox_factory(cfg: Config) -> SandboxFactory:
-    from wedgewatch.sandbox import LocalSandbox
+    """Sandboxes of the ``[sandbox] kind`` backend; BadInput for a kind not in the registry."""
+    from wedgewatch.sandbox import get_sandbox
 
+    backend = get_sandbox(cfg.sandbox.kind)
     repos_dir = Path(cfg.suite.repos_dir) if cfg.suite.repos_dir else None
 
     def make(instance: dict[str, Any], root: Path) -> Any:
-        return LocalSandbox.create(instance, root, repos_dir=repos_dir, keep=cfg.run.keep_sandboxes)
+        return backend.create(
+            instance, root, repos_dir=repos_dir, keep=cfg.run.keep_sandboxes, settings=cfg.sandbox
+        )
 
     return make
 
@@ -132,8 +136,12 @@ def default_sandbox_factory(cfg: Config) -> SandboxFactory:
 def check_repositories(cfg: Config, suite: Suite) -> None:
     """Before any row is written: every instance must have a repository for its sandboxes, or
     each of its attempts would fail alike as a harness error."""
+    from wedgewatch.sandbox import NEEDS_REPOSITORY, get_sandbox
     from wedgewatch.sandbox.local import has_repository, mirror_of
 
+    get_sandbox(cfg.sandbox.kind)  # an unknown kind is the user's error, said before anything runs
+    if cfg.sandbox.kind not in NEEDS_REPOSITORY:
+        return  # the instance's image holds its repository
     repos_dir = Path(cfg.suite.repos_dir) if cfg.suite.repos_dir else None
     missing = [i for i in suite.instances if not has_repository(i, repos_dir)]
     if missing:

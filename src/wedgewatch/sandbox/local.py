@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.config import SandboxConfig
 from wedgewatch.errors import SandboxError
 from wedgewatch.protocols import CommandResult
 from wedgewatch.sandbox import groups
@@ -68,6 +69,7 @@ class LocalSandbox:
         self.root = root
         self.base_commit = base_commit
         self.keep = keep
+        self.settings = SandboxConfig()
         self._closed = False
 
     @property
@@ -86,10 +88,12 @@ class LocalSandbox:
         *,
         repos_dir: Path | None = None,
         keep: bool = False,
+        settings: SandboxConfig | None = None,
     ) -> LocalSandbox:
         """A new sandbox under ``root`` (a directory never used before) with the instance's
         repository at ``base_commit``: cloned from ``repos_dir/<owner>__<name>`` when that mirror
-        exists, else materialised from the bundled suite. SandboxError when neither works."""
+        exists, else materialised from the bundled suite. SandboxError when neither works.
+        ``settings`` is the ``[sandbox]`` section (its limits are for isolating subclasses)."""
         iid = str(instance.get("instance_id", "instance"))
         base = str(instance.get("base_commit") or "")
         # Commands run with the sandbox as their working directory: a relative root would point
@@ -101,7 +105,9 @@ class LocalSandbox:
         except OSError as exc:
             raise SandboxError(f"cannot create a sandbox under {root}: {exc}") from exc
         box = cls(top, base, keep)
+        box.settings = settings or box.settings
         try:
+            box._prepare()
             for sub in ("home", "tmp"):
                 (top / sub).mkdir()
             (top / "home" / ".gitconfig").write_text(_GITCONFIG)
@@ -148,6 +154,29 @@ class LocalSandbox:
             env.update(extra)
         return env
 
+    def _argv(self, command: str, env: Mapping[str, str] | None) -> list[str]:
+        """The argv that runs ``command`` (an isolating backend wraps it)."""
+        return ["bash", "-c", command]
+
+    def _cwd(self) -> Path:
+        return self.path
+
+    def _spawn_env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        """The environment of the process started (a container's CLI passes the command's on)."""
+        return self.env(extra)
+
+    def _spawn_options(self) -> dict[str, Any]:
+        """Extra ``Popen`` arguments of a command."""
+        return {}
+
+    def _prepare(self) -> None:
+        """Called once by ``create`` before the repository is made (an isolating backend checks
+        its tools and sets up its limits here)."""
+
+    def _after_command(self, timed_out: bool) -> None:
+        """Called after every command, its process group killed (an isolating backend kills what
+        left the group too)."""
+
     def run(self, command: str, timeout: float, env: Mapping[str, str] | None = None) -> CommandResult:
         """Run ``bash -c command`` in the working copy; stdout and stderr merged; the whole process
         group is killed with SIGKILL at ``timeout`` (``timed_out=True``, ``exit_code=None``) and
@@ -157,12 +186,13 @@ class LocalSandbox:
         started = time.monotonic()
         try:
             proc = groups.spawn(
-                ["bash", "-c", command],
-                cwd=self.path,
-                env=self.env(env),
+                self._argv(command, env),
+                cwd=self._cwd(),
+                env=self._spawn_env(env),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
+                **self._spawn_options(),
             )
         except OSError as exc:
             raise SandboxError(f"cannot run a command in {self.path}: {exc}") from exc
@@ -178,6 +208,7 @@ class LocalSandbox:
                 _kill_group(proc.pid)
                 proc.stdout.close()
             code = proc.wait()
+            self._after_command(timed_out)
         return CommandResult(
             command=command,
             exit_code=None if timed_out else code,
