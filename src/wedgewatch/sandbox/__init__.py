@@ -27,7 +27,7 @@ def get_sandbox(name: str) -> Any:
     """The sandbox class registered as ``name`` (call its ``create``); BadInput if unknown."""
     target = REGISTRY.get(name)
     if target is None:
-        raise BadInput(f"sandbox: unknown backend {name!r} (known: {', '.join(sorted(REGISTRY))})")
+        raise BadInput(f"sandbox.kind: unknown backend {name!r} (known: {', '.join(sorted(REGISTRY))})")
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)
 

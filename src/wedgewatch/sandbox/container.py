@@ -1,11 +1,11 @@
 """The container sandbox: one container per attempt from the instance's image (SWE-bench's, or
 the instance's own ``image_name``), driven through the Docker or the Podman CLI.
 
-The container is started detached on ``sleep infinity`` (as mini-swe-agent starts its own) with
+The container is started detached on a sleeping shell (as mini-swe-agent starts its own) with
 no network unless ``[sandbox] network``, the limits of ``[sandbox]`` (``--pids-limit``, memory,
 ``--ulimit`` nofile/nproc/cpu/fsize) and ``container_args``. Each command is a ``<cli> exec`` of
 ``bash -lc`` in the repository directory (``/testbed``); when it ends, everything it started is
-killed (``kill -9 -1`` inside: every process of the container but its first), and at its timeout
+killed (every process of the container but its first, from inside), and at its timeout
 the same is done from outside. The patch is ``git diff`` inside; the container is removed
 (``rm -f``) when the sandbox closes, whatever happened.
 
@@ -32,9 +32,17 @@ log = logging.getLogger(__name__)
 
 _MIB = 1024 * 1024
 LABEL = "wedgewatch.sandbox"
-# After the command: every process in the container but PID 1 (which ignores signals from
-# inside its own namespace) and this shell itself. Its status is the command's.
-_WRAP = 'bash -lc "$1"; __ww_rc=$?; kill -9 -1 2>/dev/null; exit $__ww_rc'
+# PID 1 of the container: it keeps it up and reaps what is orphaned inside (a bare `sleep` as PID 1
+# would leave every killed orphan a zombie, and zombies count against --pids-limit).
+KEEPALIVE = ["bash", "-c", "while :; do sleep 3600 & wait; done"]
+# Every process in the container but PID 1 and this shell, by bash builtins only (bash's own
+# `kill -1` is a process group, not "everyone"); a few passes, for what forked meanwhile.
+_KILL_REST = (
+    "for __i in 1 2 3 4 5; do for __p in /proc/[0-9]*; do __p=${__p#/proc/}; "
+    '[ "$__p" -ne 1 ] && [ "$__p" -ne $$ ] && kill -9 "$__p" 2>/dev/null; done; done'
+)
+# The command, then whatever it left running; the status is the command's.
+_WRAP = f'bash -lc "$1"; __ww_rc=$?; {_KILL_REST}; exit $__ww_rc'
 
 
 class ContainerSandbox(LocalSandbox):
@@ -110,7 +118,7 @@ class ContainerSandbox(LocalSandbox):
             argv += ["--ulimit", f"{name}={value}:{value}"]
         if not cfg.network:
             argv += ["--network", "none"]
-        argv += [*cfg.container_args, self.image, "sleep", "infinity"]
+        argv += [*cfg.container_args, self.image, *KEEPALIVE]
         started = cli_run(argv, 300, f"{iid}: {self.cli} run")
         if started.returncode != 0:
             self.container = ""
@@ -142,7 +150,7 @@ class ContainerSandbox(LocalSandbox):
         # Killing the CLI does not stop what it started inside: a command that timed out (its
         # wrapper killed with the CLI) is ended from inside by another exec.
         if timed_out:
-            cli_run(self._exec_argv(["bash", "-c", "kill -9 -1 2>/dev/null; true"]), 60, "kill")
+            cli_run(self._exec_argv(["bash", "-c", f"{_KILL_REST}; true"]), 60, "kill")
 
     def diff(self) -> str:
         """``git diff`` inside against base_commit (HEAD when the instance has none), untracked
