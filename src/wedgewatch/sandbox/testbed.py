@@ -31,11 +31,10 @@ from wedgewatch.sandbox.images import cli_run, docker_id, image_present
 from wedgewatch.suites.materialise import materialise
 from wedgewatch.suites.testrun import node_ids
 
-TOOLS = (
-    "bash sh cat cp mv rm mkdir rmdir ls ln chmod touch env sleep mktemp head tail wc sort uniq tr "
-    "cut sed grep find xargs dirname basename readlink realpath date id seq dd timeout ps kill "
-    "git patch diff cmp which"
-).split()
+_TOOLS_TEXT = """bash sh cat cp mv rm mkdir rmdir ls ln chmod touch env sleep mktemp head tail wc sort
+uniq tr cut sed grep find xargs dirname basename readlink realpath date id seq dd timeout ps kill
+git patch diff cmp which"""
+TOOLS = _TOOLS_TEXT.split()
 _SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages"}
 _PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py")
 ENV_BIN = "/opt/miniconda3/envs/testbed/bin"
@@ -51,11 +50,9 @@ _VERSION = "1"  # bump when the layout changes: the tag's hash covers it
 
 def _libs(binaries: Iterable[Path]) -> set[Path]:
     """Every shared library the binaries load, as ``ldd`` resolves them on this host."""
-    found: set[Path] = set()
-    for binary in binaries:
-        out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False).stdout
-        found.update(Path(m) for m in re.findall(r"(/\S+\.so[^\s]*)", out))
-    return found
+    argv = ["ldd", *map(str, binaries)]  # one ldd for all: it is a shell script, slow to start
+    out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+    return {Path(m) for m in re.findall(r"=> (/\S+)|^\s+(/\S+) \(", out, flags=re.M) for m in m if m}
 
 
 def _stdlib() -> Path:
@@ -70,7 +67,7 @@ def _stdlib_files(lib: Path) -> list[Path]:
             continue
         # The compiled files come too (not the optimised ones): without them every command
         # would compile the standard library it imports, seconds per pytest run.
-        if (path.is_file() or path.is_symlink()) and ".opt-" not in path.name:
+        if (path.is_file() or path.is_symlink()) and ".opt-" not in path.name and "_tkinter" not in path.name:
             out.append(path)
     return out
 
@@ -137,7 +134,7 @@ def swebench_row(instance: Mapping[str, Any], image: str) -> dict[str, Any]:
 
 class _Tar:
     def __init__(self, fileobj: Any) -> None:
-        self.tar = tarfile.open(fileobj=fileobj, mode="w")
+        self.tar = tarfile.open(fileobj=fileobj, mode="w")  # noqa: SIM115 (closed by build)
         self.seen: set[str] = set()
 
     def dirs(self, arcname: str) -> None:
