@@ -17,7 +17,8 @@ Verdicts (``evaluations.detail_json.verdict``) and who they blame:
 
 Tests are run with pytest (``-rA`` prints one ``PASSED``/``FAILED`` line per node id); an
 instance may carry its own ``test_cmd`` (the node ids are appended). Real SWE-bench repositories
-need their own environments: evaluate those with the official harness and ``import-report``.
+need their own environments: run those with ``[sandbox] kind = "container"`` (graded with the
+``swebench`` library, ``runner.official``), or with the official harness and ``import-report``.
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def evaluate(instance: dict[str, Any], patch: str, sandbox: Sandbox, timeout: fl
 
 async def evaluate_attempt(ctx: RunContext, inst: Instance, attempt_id: str) -> int | None:
     """Evaluate the final attempt's patch in a fresh sandbox and write one ``evaluations`` row
-    (source ``local``): resolved 1/0, or NULL with the error when the evaluation could not run."""
+    (source ``local``, or ``swebench`` when graded by the library in the instance's container,
+    ``runner.official``): resolved 1/0, or NULL with the error when the evaluation could not run."""
     assert ctx.loop is not None
     rows = ctx.ledger.query("SELECT patch FROM attempt_ends WHERE attempt_id = ?", (attempt_id,))
     patch = str(rows[0]["patch"] or "") if rows else ""
@@ -133,10 +135,17 @@ async def evaluate_attempt(ctx: RunContext, inst: Instance, attempt_id: str) -> 
     edir = ctx.workdir / attempt_id / f"eval-{n + 1}"
     instance = inst.record
     timeout = ctx.cfg.run.eval_timeout
+    from wedgewatch.runner import official
+
+    # A SWE-bench instance in its own image is graded as the official harness grades it.
+    swebench = ctx.cfg.sandbox.kind == "container" and official.gradable(instance)
 
     def work() -> Verdict:
         sandbox = ctx.make_sandbox(instance, edir / "sandbox")
         try:
+            if swebench:
+                image = str(getattr(sandbox, "image", ""))
+                return official.grade(instance, patch, sandbox, timeout, edir, image)
             return evaluate(instance, patch, sandbox, timeout)
         finally:
             sandbox.close()
@@ -155,7 +164,7 @@ async def evaluate_attempt(ctx: RunContext, inst: Instance, attempt_id: str) -> 
             "attempt_id": attempt_id,
             "ts": time.time(),
             "resolved": resolved,
-            "source": "local",
+            "source": "swebench" if swebench else "local",
             "detail_json": detail,
         },
     )

@@ -1,5 +1,5 @@
-"""Loading a suite: SWE-bench JSONL or JSON lists, a Hugging Face dataset, or the bundled suite;
-then the instance filter (ids, regex, slice).
+"""Loading a suite: SWE-bench JSONL, JSON lists or parquet, a Hugging Face dataset, or the bundled
+suite; then the instance filter (ids, regex, slice).
 
 Every problem is a ``SuiteError`` on one line naming the file and line (or the dataset and row),
 raised before the runner writes anything, so a bad suite never leaves half a run in the ledger.
@@ -93,9 +93,27 @@ def _jsonl_records(path: Path, text: str) -> Iterator[tuple[str, Any]]:
             raise SuiteError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
 
 
+def load_parquet(p: Path) -> list[dict[str, Any]]:
+    """A parquet file as the SWE-bench datasets publish them (one row per instance)."""
+    try:
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    except ImportError:
+        raise SuiteError(f"{p}: reading parquet needs `pyarrow` (it comes with `datasets`)") from None
+    try:
+        rows = pq.read_table(p).to_pylist()
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise SuiteError(f"{p}: not a readable parquet file: {str(exc).splitlines()[0]}") from None
+    return _dedupe((f"{p}: row {n}", rec) for n, rec in enumerate(rows))
+
+
 def load_file(path: str | Path) -> list[dict[str, Any]]:
-    """A SWE-bench JSONL file (one instance per line) or a JSON file holding a list of instances."""
+    """A SWE-bench JSONL file (one instance per line), a JSON file holding a list of instances, or
+    a parquet file (``.parquet``, as the Hugging Face datasets store them)."""
     p = Path(path)
+    if p.suffix == ".parquet":
+        if not p.is_file():
+            raise SuiteError(f"{p}: no such file")
+        return load_parquet(p)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
