@@ -108,3 +108,24 @@ def start_proxy() -> Iterator[Callable[..., str]]:
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout=10)
     loop.close()
+
+
+@pytest.fixture(scope="session")
+def testbed_images() -> Callable[[int], str]:
+    """Factory: ``testbed_images(n)`` is the SWE-bench-layout image of bundled instance ``n``,
+    built with podman once per session (and reused across sessions: its tag hashes its content).
+    Fails, not skips, without podman: `make install` provides it on this machine kind."""
+    from sandbox_helpers import require_tools
+
+    from wedgewatch.sandbox import testbed
+    from wedgewatch.suites import load_bundled
+
+    require_tools("podman", "runc")
+    built: dict[int, str] = {}
+
+    def image(n: int) -> str:
+        if n not in built:
+            built[n] = testbed.build(load_bundled()[n], cli="podman")
+        return built[n]
+
+    return image

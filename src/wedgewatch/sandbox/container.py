@@ -41,8 +41,9 @@ _KILL_REST = (
     "for __i in 1 2 3 4 5; do for __p in /proc/[0-9]*; do __p=${__p#/proc/}; "
     '[ "$__p" -ne 1 ] && [ "$__p" -ne $$ ] && kill -9 "$__p" 2>/dev/null; done; done'
 )
-# The command, then whatever it left running; the status is the command's.
-_WRAP = f'bash -lc "$1"; __ww_rc=$?; {_KILL_REST}; exit $__ww_rc'
+# The command (stderr merged inside: the CLI relays the two streams apart, out of order), then
+# whatever it left running; the status is the command's.
+_WRAP = f'exec 2>&1; bash -lc "$1"; __ww_rc=$?; {_KILL_REST}; exit $__ww_rc'
 
 
 class ContainerSandbox(LocalSandbox):
