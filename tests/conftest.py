@@ -116,7 +116,6 @@ def testbed_images() -> Callable[[int], str]:
     built with podman once per session (and reused across sessions: its tag hashes its content).
     Fails, not skips, without podman: `make install` provides it on this machine kind."""
     from sandbox_helpers import require_tools
-
     from wedgewatch.sandbox import testbed
     from wedgewatch.suites import load_bundled
 

@@ -25,7 +25,9 @@ def require_tools(*tools: str) -> None:
     """Fail (never skip) when a system tool is missing: `make install` installs them as root."""
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        pytest.fail(f"missing {', '.join(missing)}: run `make install` as root (apt-get install bubblewrap podman runc)")
+        pytest.fail(
+            f"missing {', '.join(missing)}: run `make install` as root (apt-get install bubblewrap podman runc)"
+        )
 
 
 def settings(kind: str, image: str | None = None, **limits: Any) -> SandboxConfig:
@@ -33,7 +35,9 @@ def settings(kind: str, image: str | None = None, **limits: Any) -> SandboxConfi
         require_tools("bwrap", "prlimit")
     if kind == "container":
         require_tools("podman", "runc")
-        return SandboxConfig(kind=kind, container_cli="podman", container_args=PODMAN_ARGS, image=image, **limits)
+        return SandboxConfig(
+            kind=kind, container_cli="podman", container_args=PODMAN_ARGS, image=image, **limits
+        )
     return SandboxConfig(kind=kind, **limits)
 
 

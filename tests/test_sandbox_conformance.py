@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_helpers import gone, host_pids_with, make, settings
 
+from sandbox_helpers import gone, host_pids_with, make, settings
 from wedgewatch.protocols import Sandbox
 from wedgewatch.sandbox.output import HALF
 from wedgewatch.suites import load_bundled
@@ -66,7 +66,9 @@ def test_the_timeout_kills_everything_the_command_started(new_box: Callable[...,
     box = new_box()
     mark = marker()
     t0 = time.monotonic()
-    res = box.run(f"(exec -a {mark} sleep 300) & (exec -a {mark} sleep 300) & echo started; sleep 300", timeout=2)
+    res = box.run(
+        f"(exec -a {mark} sleep 300) & (exec -a {mark} sleep 300) & echo started; sleep 300", timeout=2
+    )
     took = time.monotonic() - t0
     assert res.timed_out and res.exit_code is None
     assert "started" in res.output and 1.9 <= took < 30
