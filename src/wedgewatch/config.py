@@ -251,7 +251,7 @@ class SandboxConfig(_Section):
     open_files: int = Field(1024, ge=64)
     """Open files per process (RLIMIT_NOFILE)."""
     tmp_size_mb: int = Field(512, ge=1)
-    """Size of the private /tmp (bwrap: a tmpfs of its own)."""
+    """Size of the private /tmp in MiB (a tmpfs of the sandbox's own)."""
     uid_base: int = Field(200_000, ge=1000)
     """bwrap run by root: each sandbox runs as its own uid, picked from `uid_base` to
     `uid_base + 65535`, so its process limit and its signals reach only its own processes."""

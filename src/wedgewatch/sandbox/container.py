@@ -117,6 +117,7 @@ class ContainerSandbox(LocalSandbox):
             ("fsize", cfg.file_size_mb * _MIB),
         ):
             argv += ["--ulimit", f"{name}={value}:{value}"]
+        argv += ["--tmpfs", f"/tmp:rw,mode=1777,size={cfg.tmp_size_mb}m"]
         if not cfg.network:
             argv += ["--network", "none"]
         argv += [*cfg.container_args, self.image, *KEEPALIVE]

@@ -33,7 +33,7 @@ from wedgewatch.suites.testrun import node_ids
 
 _TOOLS_TEXT = """bash sh cat cp mv rm mkdir rmdir ls ln chmod touch env sleep mktemp head tail wc sort
 uniq tr cut sed grep find xargs dirname basename readlink realpath date id seq dd timeout ps kill
-git patch diff cmp which"""
+git patch diff cmp which stat du"""
 TOOLS = _TOOLS_TEXT.split()
 _SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages"}
 _PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py")

@@ -1,0 +1,122 @@
+"""Escape attempts from inside each isolating backend (bwrap, container via podman), each checked
+from the host: writing outside the work tree, reaching a port on the host's loopback, killing a
+process outside, a fork bomb, filling the disk past a limit, burning CPU past a limit."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox_helpers import gone, host_pids_with, make, settings
+from wedgewatch.protocols import Sandbox
+from wedgewatch.suites import load_bundled
+
+pytestmark = pytest.mark.timeout(180)
+
+INSTANCE = load_bundled()[0]
+
+
+@pytest.fixture(params=["bwrap", "container"])
+def new_box(
+    request: pytest.FixtureRequest, tmp_path: Path, testbed_images: Callable[[int], str]
+) -> Iterator[Callable[..., Sandbox]]:
+    kind = str(request.param)
+    image = testbed_images(0) if kind == "container" else None
+    boxes: list[Sandbox] = []
+
+    def new(**limits: Any) -> Sandbox:
+        box = make(kind, INSTANCE, tmp_path / "boxes", settings(kind, image, **limits))
+        boxes.append(box)
+        return box
+
+    yield new
+    for box in boxes:
+        box.close()
+
+
+def test_writing_outside_the_work_tree_fails(new_box: Callable[..., Sandbox], tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    box = new_box()
+    cmd = f"echo x > {outside}; echo x > /etc/wedgewatch-escape; echo x > /usr/bin/ww; echo in > inside.txt"
+    box.run(cmd, timeout=30)
+    assert box.run("cat inside.txt", timeout=30).output == "in\n"  # the commands did run
+    # Whatever each write did inside (an error, or a file in the sandbox's own /tmp or layer),
+    # nothing reached the host.
+    assert not outside.exists()
+    assert not Path("/etc/wedgewatch-escape").exists() and not Path("/usr/bin/ww").exists()
+
+
+def test_a_port_on_the_hosts_loopback_is_out_of_reach(new_box: Callable[..., Sandbox]) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(1.0)
+        port = server.getsockname()[1]
+        res = new_box().run(f"echo hello > /dev/tcp/127.0.0.1/{port} && echo reached", timeout=30)
+        assert res.exit_code != 0 and "reached" not in res.output
+        with pytest.raises(TimeoutError):
+            server.accept()
+
+
+def test_a_process_outside_cannot_be_killed(new_box: Callable[..., Sandbox]) -> None:
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        res = new_box().run(f"kill -9 {victim.pid} && echo killed", timeout=30)
+        assert res.exit_code != 0 and "killed" not in res.output
+        time.sleep(0.2)
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_fork_bomb_stops_at_the_process_limit_and_is_killed_whole(new_box: Callable[..., Sandbox]) -> None:
+    box = new_box(processes=64)
+    mark = f"wwbomb{time.monotonic_ns()}"
+    peak = 0
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, len(host_pids_with(mark)))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        res = box.run(f": {mark}; bomb() {{ bomb | bomb & }}; bomb; sleep 3; echo survived", timeout=8)
+    finally:
+        done.set()
+        watcher.join()
+    assert 10 < peak <= 64, peak  # it did fork, and no further than the limit
+    assert "Resource temporarily unavailable" in res.output
+    assert gone(mark), f"bomb left running: {len(host_pids_with(mark))}"
+    assert box.run("echo usable", timeout=30).output.strip() == "usable"
+
+
+def test_a_file_cannot_grow_past_the_size_limit(new_box: Callable[..., Sandbox]) -> None:
+    box = new_box(file_size_mb=2, tmp_size_mb=4)
+    res = box.run("dd if=/dev/zero of=big bs=1M count=8 2>&1; stat -c %s big", timeout=60)
+    assert "File size limit exceeded" in res.output or "File too large" in res.output, res.output
+    assert int(res.output.split()[-1]) <= 2 * 1024 * 1024
+    # /tmp is a tmpfs of its own: many small files stop at its size.
+    tmp = box.run(
+        "for i in 1 2 3 4 5 6 7 8; do dd if=/dev/zero of=/tmp/f$i bs=1M count=1 2>/dev/null; done; du -skx /tmp",
+        timeout=60,
+    )
+    assert int(tmp.output.split()[-2]) <= 4 * 1024 + 64, tmp.output
+
+
+def test_cpu_time_past_the_limit_ends_the_command(new_box: Callable[..., Sandbox]) -> None:
+    t0 = time.monotonic()
+    res = new_box(cpu_seconds=1).run("while :; do :; done", timeout=60)
+    assert not res.timed_out and res.exit_code not in (0, None)
+    assert time.monotonic() - t0 < 30
