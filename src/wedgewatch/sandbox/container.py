@@ -15,6 +15,8 @@ SandboxError naming it, so the attempt ends ``harness_error`` and the run goes o
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import secrets
 import shlex
@@ -36,14 +38,31 @@ LABEL = "wedgewatch.sandbox"
 # would leave every killed orphan a zombie, and zombies count against --pids-limit).
 KEEPALIVE = ["bash", "-c", "while :; do sleep 3600 & wait; done"]
 # Every process in the container but PID 1 and this shell, by bash builtins only (bash's own
-# `kill -1` is a process group, not "everyone"); a few passes, for what forked meanwhile.
+# `kill -1` is a process group, not "everyone"). Stopped first, in passes until nothing new
+# appears (a stopped process cannot fork: a fork bomb cannot refill what is killed), then killed.
+_EACH = 'for __p in /proc/[0-9]*; do __p=${__p#/proc/}; [ "$__p" -ne 1 ] && [ "$__p" -ne $$ ] && '
 _KILL_REST = (
-    "for __i in 1 2 3 4 5; do for __p in /proc/[0-9]*; do __p=${__p#/proc/}; "
-    '[ "$__p" -ne 1 ] && [ "$__p" -ne $$ ] && kill -9 "$__p" 2>/dev/null; done; done'
+    f"for __i in 1 2 3 4 5 6 7 8; do {_EACH}kill -STOP $__p 2>/dev/null; done; done; "
+    f"for __i in 1 2; do {_EACH}kill -KILL $__p 2>/dev/null; done; done"
 )
 # The command (stderr merged inside: the CLI relays the two streams apart, out of order), then
 # whatever it left running; the status is the command's.
 _WRAP = f'exec 2>&1; bash -lc "$1"; __ww_rc=$?; {_KILL_REST}; exit $__ww_rc'
+
+
+# Containers not removed yet. A stopped run abandons its agent threads, which remove their own
+# containers as they unwind; one still there when the interpreter exits is removed then.
+_LIVE: set[tuple[str, str]] = set()
+
+
+@atexit.register
+def _remove_leftovers() -> None:
+    for cli, name in sorted(_LIVE):
+        with contextlib.suppress(SandboxError):
+            cli_run(
+                [cli, "rm", "-f", *(["-t", "0"] if is_podman(cli) else []), name], 60, "rm", tracked=False
+            )
+    _LIVE.clear()
 
 
 class ContainerSandbox(LocalSandbox):
@@ -127,6 +146,7 @@ class ContainerSandbox(LocalSandbox):
             raise SandboxError(
                 f"{iid}: cannot start a container of {self.image}: {started.stderr.strip()[-500:]}"
             )
+        _LIVE.add((self.cli, self.container))
         log.debug("container %s of %s for %s", self.container, self.image, iid)
 
     def _cwd(self) -> Path:
@@ -175,11 +195,12 @@ class ContainerSandbox(LocalSandbox):
         if self.container:
             argv = [self.cli, "rm", "-f", *(["-t", "0"] if is_podman(self.cli) else []), self.container]
             try:
-                res = cli_run(argv, 120, f"rm {self.container}")
+                res = cli_run(argv, 120, f"rm {self.container}", tracked=False)
                 if res.returncode != 0:
                     log.warning("cannot remove container %s: %s", self.container, res.stderr.strip())
             except SandboxError as exc:
                 log.warning("cannot remove container %s: %s", self.container, exc)
+            _LIVE.discard((self.cli, self.container))
             self.container = ""
         self._closed = True
         shutil.rmtree(self.root, ignore_errors=True)

@@ -3,13 +3,16 @@ name them, and the container CLI's questions about images."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from wedgewatch.errors import SandboxError
+from wedgewatch.sandbox import groups
 
 # The variables a container CLI needs to find its engine and its storage; nothing else of ours.
 _CLI_ENV = ("PATH", "HOME", "USER", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "TMPDIR")
@@ -46,26 +49,44 @@ def is_podman(cli: str) -> bool:
     return "podman" in Path(cli).name
 
 
-def cli_run(argv: list[str], timeout: float, what: str) -> subprocess.CompletedProcess[str]:
-    """Run a container CLI command; a CLI that is missing or hangs is a SandboxError."""
+def cli_run(
+    argv: list[str], timeout: float, what: str, *, tracked: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run a container CLI command in a process group of the run's list (``groups.spawn``: a run
+    that stops kills it); a CLI that is missing or hangs is a SandboxError. ``tracked=False`` is
+    for the clean-up (``rm -f``) that must still run while the run is stopping."""
+    popen: dict[str, Any] = {"env": cli_env(), "stdin": subprocess.DEVNULL}
+    popen.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        return subprocess.run(
-            argv,
-            env=cli_env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            check=False,
-        )
+        if tracked:
+            proc = groups.spawn(argv, **popen)
+        else:
+            proc = subprocess.Popen(argv, start_new_session=True, **popen)
     except FileNotFoundError:
         raise SandboxError(
             f"{what}: the container CLI {argv[0]!r} is not installed "
             "(Debian: apt-get install podman runc; `make install` does it as root)"
         ) from None
-    except subprocess.TimeoutExpired:
-        raise SandboxError(f"{what}: `{' '.join(argv[:3])} ...` did not answer in {timeout:.0f} s") from None
+    with groups.owned(proc) if tracked else contextlib.nullcontext():
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill(proc.pid)
+            proc.communicate()
+            raise SandboxError(
+                f"{what}: `{' '.join(argv[:3])} ...` did not answer in {timeout:.0f} s"
+            ) from None
+        finally:
+            _kill(proc.pid)
+    text = (out or b"").decode("utf-8", errors="replace"), (err or b"").decode("utf-8", errors="replace")
+    return subprocess.CompletedProcess(argv, proc.returncode, *text)
+
+
+def _kill(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def image_present(cli: str, image: str) -> bool:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.errors import SandboxError
+from wedgewatch.sandbox import groups
 from wedgewatch.sandbox.images import cli_run, docker_id, image_present
 from wedgewatch.suites.materialise import materialise
 from wedgewatch.suites.testrun import node_ids
@@ -51,7 +52,9 @@ _VERSION = "1"  # bump when the layout changes: the tag's hash covers it
 def _libs(binaries: Iterable[Path]) -> set[Path]:
     """Every shared library the binaries load, as ``ldd`` resolves them on this host."""
     argv = ["ldd", *map(str, binaries)]  # one ldd for all: it is a shell script, slow to start
-    out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+    proc = groups.spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    with groups.owned(proc):
+        out = proc.communicate(timeout=300)[0].decode("utf-8", errors="replace")
     return {Path(m) for m in re.findall(r"=> (/\S+)|^\s+(/\S+) \(", out, flags=re.M) for m in m if m}
 
 
