@@ -26,37 +26,18 @@ from __future__ import annotations
 import logging
 import shlex
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from wedgewatch.errors import EvaluationError
 from wedgewatch.protocols import Sandbox
 from wedgewatch.runner.context import Instance, RunContext, run_in_thread
+from wedgewatch.runner.verdict import Verdict
 from wedgewatch.suites.testrun import heredoc, node_ids, parse_verdicts, pytest_command
 
 log = logging.getLogger(__name__)
 
 _OK = frozenset({"PASSED", "XFAIL"})
 _COMMAND_MISSING = frozenset({126, 127})
-
-
-@dataclass
-class Verdict:
-    resolved: int  # 1 or 0
-    verdict: str
-    tests: dict[str, str] = field(default_factory=dict)
-    duration: float = 0.0
-    exit_code: int | None = None
-    output_tail: str = ""
-
-    def detail(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "tests": self.tests,
-            "duration": round(self.duration, 3),
-            "exit_code": self.exit_code,
-            "output_tail": self.output_tail,
-        }
 
 
 def _apply(sandbox: Sandbox, patch: str, timeout: float) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 
 from wedgewatch.errors import EvaluationError
 from wedgewatch.protocols import Sandbox
-from wedgewatch.runner.evaluate import Verdict
+from wedgewatch.runner.verdict import Verdict
 from wedgewatch.suites.testrun import heredoc
 
 log = logging.getLogger(__name__)
