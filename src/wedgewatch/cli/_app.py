@@ -12,8 +12,8 @@ T = TypeVar("T")
 
 # `wedgewatch --help` lists commands in the order a user meets them, not in import order.
 _ORDER = (
-    "demo", "sim", "proxy", "serve", "run", "report", "export", "import-report",
-    "compare", "scan", "plan", "config", "bench", "version",
+    "demo", "sim", "proxy", "serve", "wrap", "run", "report", "export", "import-report",
+    "audit", "compare", "scan", "plan", "config", "bench", "version",
 )  # fmt: skip
 
 

@@ -5,7 +5,7 @@ start; a server life's end is a row in ``server_life_ends``. Instance outcomes, 
 retry are views. Bump SCHEMA_VERSION with every change and add a migration step in store.py.
 """
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: harness_runs, harness_run_ends (wedgewatch wrap)
 
 # Columns added after version 1, per version: (table, column, type). A ledger written by an older
 # wedgewatch gets them with ALTER TABLE ... ADD COLUMN (existing rows read NULL there); fresh
@@ -63,6 +63,27 @@ CREATE TABLE IF NOT EXISTS run_instances (
     position INTEGER NOT NULL,
     instance_json TEXT,  -- the instance record itself, so a resume never re-reads the suite file
     PRIMARY KEY (run_id, instance_id)
+);
+
+-- One row per harness run under ``wedgewatch wrap``: the command (secrets masked) and the config.
+-- Its server lives and events carry its harness_run_id in their run_id column.
+CREATE TABLE IF NOT EXISTS harness_runs (
+    harness_run_id TEXT PRIMARY KEY,
+    started_at REAL NOT NULL,
+    argv_json TEXT NOT NULL,
+    cwd TEXT,
+    base_url TEXT,
+    config_json TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    tool_version TEXT NOT NULL
+);
+
+-- How a wrapped harness ended: its exit code (128 + signal when a signal ended it) and why.
+CREATE TABLE IF NOT EXISTS harness_run_ends (
+    harness_run_id TEXT PRIMARY KEY REFERENCES harness_runs(harness_run_id),
+    ended_at REAL NOT NULL,
+    exit_code INTEGER,
+    end_reason TEXT NOT NULL
 );
 
 -- One row per server life, written when it starts.
