@@ -204,3 +204,19 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+TARGET_OVERHEAD_MS = 5.0
+"""The runner's own CPU per attempt, at most."""
+TARGET_RSS_GROWTH = 0.20
+"""Peak RSS growth from the smallest to the largest suite, less than."""
+
+
+def judge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the measured sizes meet the targets."""
+    growth = (results[-1]["peak_rss_mib"] / results[0]["peak_rss_mib"] - 1) if len(results) > 1 else 0.0
+    return {
+        "overhead_ok": all(r["overhead_ms_mean"] <= TARGET_OVERHEAD_MS for r in results),
+        "rss_growth": round(growth, 3),
+        "rss_ok": growth < TARGET_RSS_GROWTH,
+    }

@@ -25,7 +25,7 @@ def bench_llamacpp(
     """Ready time; tokens/s for one stream and for --parallel streams; /health while busy and while
     frozen (SIGSTOP); `: ping` comments during a long prefill; how fast a client's disconnect stops
     generation; what SIGTERM mid-stream does. Takes about a minute."""
-    from wedgewatch.launchers.measure import run
+    from wedgewatch.bench.llamacpp import run
 
     if threads < 1 or tokens < 2 or parallel < 1:
         raise BadInput("--threads/--tokens/--parallel: need positive numbers (tokens >= 2)")

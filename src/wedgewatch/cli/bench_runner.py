@@ -10,9 +10,6 @@ import typer
 from wedgewatch.cli.bench import bench_app
 from wedgewatch.errors import BadInput
 
-TARGET_OVERHEAD_MS = 5.0
-TARGET_RSS_GROWTH = 0.20
-
 
 @bench_app.command("runner")
 def bench_runner(
@@ -23,7 +20,7 @@ def bench_runner(
     """2,000 instances of a trivial simulated task (the echo agent) at concurrency 64 against the
     simulator: the runner's own overhead per attempt, ledger writes/s, peak RSS at 200 and 2,000
     instances, and the time `report` takes. Targets: overhead <= 5 ms, RSS growth < 20%."""
-    from wedgewatch.bench.runner import run
+    from wedgewatch.bench.runner import TARGET_OVERHEAD_MS, TARGET_RSS_GROWTH, judge, run
 
     try:
         ns = [int(x) for x in sizes.split(",") if x.strip()]
@@ -32,12 +29,8 @@ def bench_runner(
     if not ns or min(ns) < 1 or concurrency < 1:
         raise BadInput("--sizes/--concurrency: need positive numbers")
     results = run(ns, concurrency)
-    growth = (results[-1]["peak_rss_mib"] / results[0]["peak_rss_mib"] - 1) if len(results) > 1 else 0.0
-    verdict = {
-        "overhead_ok": all(r["overhead_ms_mean"] <= TARGET_OVERHEAD_MS for r in results),
-        "rss_growth": round(growth, 3),
-        "rss_ok": growth < TARGET_RSS_GROWTH,
-    }
+    verdict = judge(results)
+    growth = verdict["rss_growth"]
     if json_out:
         typer.echo(json.dumps({"results": results, **verdict}, indent=2))
         return

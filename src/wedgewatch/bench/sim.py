@@ -1,6 +1,7 @@
-"""A quick load test of the simulator itself: C streams of N tokens at the scenario's rate.
+"""``wedgewatch bench sim``: a quick load test of the simulator itself, C streams of N tokens at
+the given rate.
 
-    python -m wedgewatch.sim.loadgen --streams 64 --tokens 256 --rate 200
+    wedgewatch bench sim --streams 64 --tokens 256 --rate 200
 
 Starts a simulator subprocess (healthy scenario, ``--time-scale rate/50``), keeps ``streams``
 streaming chat requests open (each stream sends ``rounds`` requests back to back), and reports
@@ -9,9 +10,7 @@ tokens/s, TTFT and inter-token latency seen by an aiohttp client, and the simula
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -90,13 +89,8 @@ async def run_load(url: str, streams: int, tokens: int, rounds: int) -> dict[str
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--streams", type=int, default=64)
-    ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--rate", type=float, default=200.0, help="tokens/s per stream")
-    ap.add_argument("--rounds", type=int, default=2)
-    a = ap.parse_args()
+def run(streams: int, tokens: int, rate: float, rounds: int) -> dict[str, Any]:
+    """Start a simulator subprocess, load it, and return the figures (JSON-ready)."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -106,9 +100,9 @@ def main() -> None:
             "--port",
             "0",
             "--time-scale",
-            str(a.rate / 50.0),
+            str(rate / 50.0),
             "--max-num-seqs",
-            str(max(a.streams, 1)),
+            str(max(streams, 1)),
             "--max-model-len",
             "100000",
         ],
@@ -119,18 +113,13 @@ def main() -> None:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip().removeprefix("listening on ")
         cpu0, t0 = _cpu_seconds(proc.pid), time.perf_counter()
-        out = asyncio.run(run_load(url, a.streams, a.tokens, a.rounds))
+        out = asyncio.run(run_load(url, streams, tokens, rounds))
         cpu = _cpu_seconds(proc.pid) - cpu0
         wall = time.perf_counter() - t0
-        out["ideal_tokens_per_s"] = a.streams * a.rate
+        out["ideal_tokens_per_s"] = streams * rate
         out["sim_cpu_share_of_one_core"] = round(cpu / wall, 3)
         out["sim_cpu_us_per_token"] = round(cpu / max(out["tokens"], 1) * 1e6, 1)
-        json.dump(out, sys.stdout)
-        sys.stdout.write("\n")
+        return out
     finally:
         proc.terminate()
         proc.wait(10)
-
-
-if __name__ == "__main__":
-    main()
