@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
 import typer
 from typer.core import TyperGroup
+
+from wedgewatch.config import RunConfig
+from wedgewatch.errors import BadInput
+from wedgewatch.ledger import Ledger
 
 T = TypeVar("T")
 
@@ -35,6 +40,20 @@ app = typer.Typer(
     # Plain click help: it rewraps docstrings and never cuts long flag names at 80 columns.
     rich_markup_mode=None,
 )
+
+
+LedgerOption = Annotated[
+    Path | None, typer.Option("--ledger", help="Ledger file (default: wedgewatch.sqlite).")
+]
+"""The ``--ledger`` flag of every command that reads a ledger."""
+
+
+def open_ledger(path: Path | None) -> Ledger:
+    """The ledger at ``path`` (default: run.ledger's default); BadInput if it does not exist."""
+    p = Path(path) if path is not None else Path(RunConfig().ledger)
+    if not p.exists():
+        raise BadInput(f"--ledger: {p} does not exist")
+    return Ledger(p)
 
 
 def serve_forever(main: Coroutine[Any, Any, T]) -> T:

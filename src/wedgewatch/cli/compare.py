@@ -9,8 +9,7 @@ from typing import Annotated
 
 import typer
 
-from wedgewatch.cli._app import app
-from wedgewatch.cli.report import open_ledger
+from wedgewatch.cli._app import app, open_ledger
 from wedgewatch.errors import BadInput
 
 

@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from wedgewatch.cli._app import app
-from wedgewatch.cli.report import open_ledger
+from wedgewatch.cli._app import LedgerOption, app, open_ledger
 from wedgewatch.errors import BadInput
 
 
@@ -26,9 +25,7 @@ def export_cmd(
         ),
     ] = "results",
     out: Annotated[Path | None, typer.Option("--out", help="Write here instead of stdout.")] = None,
-    ledger: Annotated[
-        Path | None, typer.Option("--ledger", help="Ledger file (default: wedgewatch.sqlite).")
-    ] = None,
+    ledger: LedgerOption = None,
 ) -> None:
     """Export a run. Predictions leave out instances without a model outcome (infra_failed,
     pending): they are never written as empty patches."""

@@ -8,8 +8,7 @@ from typing import Annotated
 
 import typer
 
-from wedgewatch.cli._app import app
-from wedgewatch.cli.report import open_ledger
+from wedgewatch.cli._app import LedgerOption, app, open_ledger
 
 
 @app.command("import-report")
@@ -18,9 +17,7 @@ def import_report_cmd(
     report: Annotated[
         Path, typer.Argument(help="The harness's run report (resolved_ids, unresolved_ids, ...).")
     ],
-    ledger: Annotated[
-        Path | None, typer.Option("--ledger", help="Ledger file (default: wedgewatch.sqlite).")
-    ] = None,
+    ledger: LedgerOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print what was imported as JSON.")] = False,
 ) -> None:
     """Record the report's verdicts as evaluations (source swebench_report) of each instance's

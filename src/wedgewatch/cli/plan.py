@@ -9,8 +9,7 @@ from typing import Annotated
 
 import typer
 
-from wedgewatch.cli._app import app
-from wedgewatch.cli.report import open_ledger
+from wedgewatch.cli._app import LedgerOption, app, open_ledger
 from wedgewatch.errors import BadInput
 
 
@@ -56,10 +55,7 @@ def plan_cmd(
         typer.Option("--analyse", help="Analyse these runs (repeat, or give them after the flag)."),
     ] = None,
     runs: Annotated[list[str] | None, typer.Argument(help="More run ids for --analyse.")] = None,
-    ledger: Annotated[
-        Path | None,
-        typer.Option("--ledger", help="Ledger of the runs to analyse (default: wedgewatch.sqlite)."),
-    ] = None,
+    ledger: LedgerOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the plan or the analysis as JSON.")] = False,
 ) -> None:
     """Plan a factorial ablation of the procedure (full 2^k or a resolution IV fraction; the

@@ -9,18 +9,8 @@ from typing import Annotated
 
 import typer
 
-from wedgewatch.cli._app import app
-from wedgewatch.config import RunConfig
+from wedgewatch.cli._app import LedgerOption, app, open_ledger
 from wedgewatch.errors import BadInput
-from wedgewatch.ledger import Ledger
-
-
-def open_ledger(path: Path | None) -> Ledger:
-    """The ledger at ``path`` (default: run.ledger's default); BadInput if it does not exist."""
-    p = Path(path) if path is not None else Path(RunConfig().ledger)
-    if not p.exists():
-        raise BadInput(f"--ledger: {p} does not exist")
-    return Ledger(p)
 
 
 @app.command("report")
@@ -28,9 +18,7 @@ def report_cmd(
     run_id: Annotated[
         str | None, typer.Argument(help="Run id (default: the latest run in the ledger).")
     ] = None,
-    ledger: Annotated[
-        Path | None, typer.Option("--ledger", help="Ledger file (default: wedgewatch.sqlite).")
-    ] = None,
+    ledger: LedgerOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     survival_out: Annotated[
         bool,

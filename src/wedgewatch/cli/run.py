@@ -84,12 +84,12 @@ def run_cmd(
 
 def _print_summary(ledger_path: str, run_id: str, as_json: bool) -> None:
     from wedgewatch.analysis.summary import render_table, summarise
-    from wedgewatch.ledger import Ledger
+    from wedgewatch.ledger import Ledger, queries
 
     if not Path(ledger_path).exists():
         return
     with Ledger(ledger_path) as ledger:
-        if not ledger.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
+        if not queries.run_exists(ledger, run_id):
             return
         s = summarise(ledger, run_id)
     s["ledger"] = str(ledger_path)

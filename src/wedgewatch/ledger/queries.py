@@ -25,6 +25,10 @@ def resolve_run(ledger: Ledger, run_id: str | None) -> sqlite3.Row:
     return rows[0]
 
 
+def run_exists(ledger: Ledger, run_id: str) -> bool:
+    return bool(ledger.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)))
+
+
 def instance_outcomes(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
     return ledger.query("SELECT * FROM instance_outcomes WHERE run_id = ? ORDER BY position", (run_id,))
 

@@ -89,7 +89,7 @@ def effective(cfg: Config) -> Config:
 
 def create_run(ledger: Ledger, cfg: Config, suite: Suite, run_id: str) -> None:
     """The run row and its instances (the denominator), in that order, before anything runs."""
-    if ledger.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
+    if queries.run_exists(ledger, run_id):
         raise BadInput(f"--run-id: run {run_id!r} already exists in {ledger.path}; use --resume {run_id}")
     ledger.append(
         "runs",
