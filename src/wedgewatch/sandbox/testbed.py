@@ -80,6 +80,9 @@ def _pytest_files() -> list[tuple[Path, str]]:
 
     site = Path(pytest.__file__).resolve().parent.parent
     pairs: list[tuple[Path, str]] = []
+    for info in sorted(site.glob("*.dist-info")):  # pytest prints its plugins' versions from these
+        if info.name.split("-")[0].lower() in _PYTEST_PACKAGES:
+            pairs += [(f, str(f.relative_to(site))) for f in sorted(info.rglob("*")) if f.is_file()]
     for name in _PYTEST_PACKAGES:
         if (site / f"{name}.py").is_file():
             pairs.append((site / f"{name}.py", f"{name}.py"))
