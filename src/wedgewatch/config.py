@@ -3,7 +3,8 @@
 A config file is TOML with the sections ``[server]``, ``[watchdog]``, ``[agent]``, ``[suite]``,
 ``[run]`` and ``[sandbox]``. ``load_config`` turns any problem into ``ConfigError`` naming the file
 and the field.
-Defaults come from the story (DESIGN.md, "Defaults that come from the story").
+Defaults come from the story in README.md (a hung server scored as a weak model): client retries 0,
+3 attempts per instance, 4 at a time, a 240 s total deadline, two warm-ups, a fresh server per run.
 """
 
 from __future__ import annotations
