@@ -6,9 +6,22 @@ STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.8
 PYTEST_ARGS ?=
 
-.PHONY: install demo test check bench lock clean
+.PHONY: install system-tools demo test check bench lock clean
 
-install: $(STAMP)
+install: system-tools $(STAMP)
+
+# The isolating sandboxes' tools (docs/sandboxes.md): installed with apt-get when root on Debian,
+# else one line saying what to install. The local sandbox needs none of them.
+system-tools:
+	@missing=""; for t in bwrap podman runc; do command -v $$t >/dev/null || [ -x /usr/sbin/$$t ] || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing bubblewrap podman runc (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap podman runc >/dev/null; \
+	  else \
+	    echo "sandboxes bwrap/container need:$$missing (Debian: sudo apt-get install bubblewrap podman runc)"; \
+	  fi; \
+	fi
 
 # Re-installs only when the lock or the project file changed since the last install.
 $(STAMP): requirements.lock pyproject.toml
@@ -21,7 +34,7 @@ $(STAMP): requirements.lock pyproject.toml
 demo: $(STAMP)
 	$(BIN)/wedgewatch demo
 
-test: $(STAMP)
+test: system-tools $(STAMP)
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 check: $(STAMP)
