@@ -7,6 +7,7 @@ must watch a start or a stop run their own. Everything is a real subprocess on 1
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import socket
@@ -273,3 +274,67 @@ def test_busy_port_is_one_clear_line() -> None:
         done = _run_launcher("--port", str(port))
     assert done.returncode == 2
     assert f"--port: 127.0.0.1:{port} is already in use" in done.stderr.strip().splitlines()[-1]
+
+
+async def test_heartbeat_moves_during_a_long_prompt_and_a_sigstop_is_a_wedge_within_the_window(
+    tmp_path: Path,
+) -> None:
+    """At default windows: ``n_decode_total`` counts prompt batches (so a long prompt is not flat),
+    and a server frozen by SIGSTOP in the middle of one (not even /metrics answers) is a wedge
+    within ``heartbeat_window`` plus two scrapes of the last beat."""
+    from wedgewatch.config import ServerConfig, WarmupConfig
+    from wedgewatch.heartbeat import Reading
+    from wedgewatch.supervisor import Supervisor
+
+    cfg = ServerConfig(
+        profile="llamacpp",
+        launcher="xllamacpp",
+        model="gemma3-270m",
+        args=["--parallel", "1", "--threads", "2", "--ctx-size", "4096"],
+        log_dir=str(tmp_path / "logs"),
+        warmup=WarmupConfig(count=1, max_tokens=4, timeout=60.0),
+        startup_timeout=60.0,
+        stop_grace=1.0,
+        max_restarts=1,
+        restart_on_wedge=False,
+    )
+    sup = Supervisor(cfg)
+    seen: list[tuple[float, Reading]] = []
+    sup.feed.subscribe(lambda r, _life: seen.append((time.monotonic(), r)), lambda *_: None)
+    wedges: list[float] = []
+    sup.bus.subscribe(lambda ev: wedges.append(time.monotonic()) if ev.kind == "wedge" else None)
+    await sup.start()
+    life = sup._life
+    assert life is not None and sup.starter.heartbeat
+    prompt = " ".join(f"item{i}" for i in range(700))  # about 2,800 tokens: 11 batches of 256
+    body = {"model": "gemma3-270m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 8}
+    body["stream"] = True
+    stopped_at = 0.0
+    try:
+        async with aiohttp.ClientSession() as s:
+            req = asyncio.ensure_future(s.post(sup.base_url + "/v1/chat/completions", json=body))
+            start = len(seen)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                beats = {r.beat for _, r in seen[start:]}
+                if len(beats) >= 3:  # two beats into the prompt, no token yet: freeze it
+                    break
+                await asyncio.sleep(0.1)
+            during = [r for _, r in seen[start:]]
+            assert len({r.beat for r in during}) >= 3, "n_decode_total did not move during the prompt"
+            assert {r.generated for r in during} == {during[0].generated}  # no token predicted yet
+            assert not wedges
+            last_beat = max(t for (_, a), (t, b) in itertools.pairwise(seen) if b.beat != a.beat)
+            os.kill(life.proc.pid, signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            while not wedges and time.monotonic() < stopped_at + 30:
+                await asyncio.sleep(0.1)
+            req.cancel()
+    finally:
+        if stopped_at:
+            os.kill(life.proc.pid, signal.SIGCONT)
+        await sup.stop()
+    assert wedges, "no wedge after SIGSTOP"
+    bound = cfg.heartbeat_window + 2 * cfg.scrape_interval + 2.0  # + a 2 s scrape timeout
+    assert wedges[0] - last_beat <= bound + 1.0
+    assert wedges[0] - stopped_at >= cfg.heartbeat_window - 2 * cfg.scrape_interval - 1.0

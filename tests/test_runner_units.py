@@ -60,7 +60,10 @@ def test_effective_config_scales_simulated_time_and_seeds_the_simulator() -> Non
     # The supervisor's windows and the client's deadline shrink too, never below a second.
     assert eff.server.wedge_window == pytest.approx(6.0)
     assert eff.server.canary_timeout == pytest.approx(1.0)
-    assert eff.server.scrape_interval == pytest.approx(1.0)
+    # The heartbeat rule (the default) judges by its own window: scrapes four times within it.
+    assert eff.server.detection == "heartbeat" and eff.server.heartbeat_window == pytest.approx(1.0)
+    assert eff.server.scrape_interval == pytest.approx(0.25)
+    assert eff.watchdog.engine_stall_timeout == pytest.approx(1.0)
     assert eff.agent.client_timeout == pytest.approx(90.0)
     fast = effective(Config.model_validate({"run": {"time_scale": 1000.0}}))
     assert fast.watchdog.stall_timeout == pytest.approx(1.0)

@@ -47,6 +47,21 @@ class WatchdogConfig(_Section):
     total_timeout: float = Field(240.0, gt=0)
     """Seconds for the whole request before `total_timeout`: the story's client deadline (a normal
     generation took about 90 s)."""
+    deadlines: Literal["auto", "engine", "wall"] = "auto"
+    """How `ttft_timeout`-like deadlines count time. `engine`: only engine-stepping time in which
+    the request made no progress and was not waiting or preempted (`engine_ttft_timeout`,
+    `engine_stall_timeout`), judged from the server's heartbeat; `wall`: wall-clock time
+    (`ttft_timeout`, `stall_timeout`). `auto`: engine when a heartbeat reaches the proxy (the
+    supervisor's, or `--metrics-url`) and neither `ttft_timeout` nor `stall_timeout` is set."""
+    engine_ttft_timeout: float = Field(120.0, gt=0)
+    """Engine seconds (see `deadlines`) to the first token before `stall_ttft`. Twice the 60 s
+    prefill of a 100k-token SWE-bench prompt: a prefill is time the engine spends on this
+    request; queueing and preemption never count, and a wedge of the whole engine is found by the
+    heartbeat within `server.heartbeat_window`, not by this."""
+    engine_stall_timeout: float = Field(10.0, gt=0)
+    """Engine seconds without a token, once tokens have begun, before `stall_midstream`. A
+    running request gets a token on every decode step (milliseconds to a second); ten seconds
+    of the engine stepping for others while this one gets nothing is one stuck request."""
     passthrough_timeout: float = Field(10.0, gt=0)
     """Deadline for the reads (GET, HEAD) the proxy passes through: /v1/models, /health, /metrics.
     Other requests it does not watch (/tokenize, /v1/responses, ...) get total_timeout."""
@@ -130,9 +145,20 @@ class ServerConfig(_Section):
     scrape_interval: float = Field(1.0, gt=0)
     """Seconds between /metrics scrapes."""
     wedge_window: float = Field(60.0, gt=0)
-    """Seconds of flat token counters while requests are running that make a wedge. As long as
-    the proxy's ttft_timeout: vLLM counts prompt tokens only when a prefill ends, so a long
-    prefill looks flat; the proxy's stall events plus a canary catch most wedges sooner."""
+    """Tokens rule: seconds of flat token counters while requests are running that make a wedge.
+    As long as the proxy's ttft_timeout: vLLM counts prompt tokens only when a prefill ends, so a
+    long prefill looks flat. Setting it selects the tokens rule under `detection = "auto"`."""
+    detection: Literal["auto", "heartbeat", "tokens"] = "auto"
+    """Wedge rule. `heartbeat`: work running or waiting and neither the token counters nor the
+    heartbeat series moved for `heartbeat_window`. `tokens`: the old rule over `wedge_window`.
+    `auto`: heartbeat when the profile has heartbeat series and `wedge_window` is not set."""
+    heartbeat_window: float = Field(8.0, gt=0)
+    """Heartbeat rule: seconds in which nothing moved, with work present, that make a wedge. The
+    heartbeat moves on every engine step, prefill chunks included; the longest healthy gap
+    measured (docs/benchmarks.md, `bench detection`) is a few seconds; with a 1 s scrape a wedge
+    is found within 10 s of the engine's last step."""
+    heartbeat_series: list[str] = Field(default_factory=list)
+    """Metric names of the heartbeat series (overrides the profile's; for `command`/`external`)."""
     canary_timeout: float = Field(10.0, gt=0)
     """Deadline for the 1-token canary request."""
     restart_on_wedge: bool = True
@@ -302,7 +328,16 @@ class Config(_Section):
     """Where the agents' commands and the evaluations run."""
 
     def snapshot(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """Every setting. An "auto" that depends on which windows the file sets is pinned here,
+        because a config rebuilt from this dump (a resume, the effective config) sets them all."""
+        data = self.model_dump(mode="json")
+        if self.server.detection == "auto":
+            tokens = "wedge_window" in self.server.model_fields_set
+            data["server"]["detection"] = "tokens" if tokens else "heartbeat"
+        if self.watchdog.deadlines == "auto":
+            wall = {"ttft_timeout", "stall_timeout"} & self.watchdog.model_fields_set
+            data["watchdog"]["deadlines"] = "wall" if wall else "engine"
+        return data
 
     def hash(self) -> str:
         blob = json.dumps(self.snapshot(), sort_keys=True, separators=(",", ":")).encode()

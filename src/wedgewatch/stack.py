@@ -38,7 +38,8 @@ class Stack:
     ) -> None:
         self.bus = EventBus()
         self.supervisor = Supervisor(server, ledger=ledger, bus=self.bus, run_id=run_id)
-        self.proxy = Proxy(self.supervisor, watchdog, ledger=ledger, bus=self.bus)
+        # The supervisor hands its heartbeat (readings, wedge verdicts) to the proxy in-process.
+        self.proxy = Proxy(self.supervisor, watchdog, ledger=ledger, bus=self.bus, feed=self.supervisor.feed)
         self.watchdog = watchdog
         self._detach = self.supervisor.attach(self.bus)
         self.proxy_url = ""  # "" when the watchdog is disabled: clients go to the server itself

@@ -32,6 +32,8 @@ _FLAGS = {
     "rate_window": "--rate-window",
     "total_timeout": "--total-timeout",
     "passthrough_timeout": "--passthrough-timeout",
+    "engine_ttft_timeout": "--engine-ttft-timeout",
+    "engine_stall_timeout": "--engine-stall-timeout",
 }
 
 
@@ -79,6 +81,29 @@ def proxy(
             help=f"Seconds for a read passed through: /v1/models, /health, /metrics {_d('passthrough_timeout')}."
         ),
     ] = None,
+    engine_ttft_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help=f"With --metrics-url: engine seconds to the first token {_d('engine_ttft_timeout')}."
+        ),
+    ] = None,
+    engine_stall_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help=f"With --metrics-url: engine seconds without a token {_d('engine_stall_timeout')}."
+        ),
+    ] = None,
+    metrics_url: Annotated[
+        str | None,
+        typer.Option(
+            help="The server's /metrics: its heartbeat makes deadlines count engine time and finds a "
+            "stopped engine (docs/proxy.md)."
+        ),
+    ] = None,
+    scrape_interval: Annotated[float, typer.Option(help="Seconds between --metrics-url scrapes.")] = 1.0,
+    heartbeat_window: Annotated[
+        float, typer.Option(help="Seconds with requests in flight and nothing moving that stop them all.")
+    ] = 8.0,
     ledger: Annotated[Path | None, typer.Option(help="Write request rows into this ledger (SQLite).")] = None,
     records: Annotated[
         Path | None,
@@ -91,6 +116,12 @@ def proxy(
         raise BadInput(f"--upstream: expected an http:// or https:// URL, got {upstream!r}")
     if not 0 <= port <= 65535:
         raise BadInput(f"--port: must be in 0..65535, got {port}")
+    if metrics_url is not None and not metrics_url.startswith(("http://", "https://")):
+        raise BadInput(f"--metrics-url: expected an http:// or https:// URL, got {metrics_url!r}")
+    if scrape_interval <= 0:
+        raise BadInput(f"--scrape-interval: must be > 0, got {scrape_interval:g}")
+    if heartbeat_window <= 0:
+        raise BadInput(f"--heartbeat-window: must be > 0, got {heartbeat_window:g}")
     if ledger is not None and records is not None:
         raise BadInput("--records: give either --ledger or --records, not both")
     watchdog = watchdog_from_flags(
@@ -101,25 +132,52 @@ def proxy(
             "rate_window": rate_window,
             "total_timeout": total_timeout,
             "passthrough_timeout": passthrough_timeout,
+            "engine_ttft_timeout": engine_ttft_timeout,
+            "engine_stall_timeout": engine_stall_timeout,
         }
     )
+    heartbeat = (metrics_url, scrape_interval, heartbeat_window) if metrics_url else None
     serve_forever(
-        _serve(upstream, host, port, watchdog, ledger, records or (None if ledger else DEFAULT_RECORDS))
+        _serve(
+            upstream,
+            host,
+            port,
+            watchdog,
+            ledger,
+            records or (None if ledger else DEFAULT_RECORDS),
+            heartbeat,
+        )
     )
 
 
 async def _serve(
-    upstream: str, host: str, port: int, watchdog: Any, ledger_path: Path | None, records: Path | None
+    upstream: str,
+    host: str,
+    port: int,
+    watchdog: Any,
+    ledger_path: Path | None,
+    records: Path | None,
+    heartbeat: tuple[str, float, float] | None,
 ) -> None:
+    from wedgewatch.heartbeat import Feed
     from wedgewatch.ledger import Ledger
     from wedgewatch.proxy import Proxy
+    from wedgewatch.proxy.engine import Scraper
 
     ledger = Ledger(ledger_path) if ledger_path is not None else None
-    proxy = Proxy(upstream, watchdog, ledger=ledger, records_path=records)
+    scraper = None
+    if heartbeat is not None:
+        url, interval, window = heartbeat
+        scraper = Scraper(url, Feed(window), interval)
+    proxy = Proxy(
+        upstream, watchdog, ledger=ledger, records_path=records, feed=scraper.feed if scraper else None
+    )
     try:
         url = await proxy.start(host, port)
     except OSError as exc:
         raise BadInput(f"--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    if scraper is not None:
+        scraper.start()
     typer.echo(f"listening on {url}")
     sys.stdout.flush()
     # Everything imported so far lives as long as the process: keep it out of the collector's
@@ -134,6 +192,8 @@ async def _serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    if scraper is not None:
+        await scraper.stop()
     await proxy.stop()
     if ledger is not None:
         ledger.close()

@@ -43,6 +43,10 @@ DEFAULT_CTX_SIZE = 8192
 turns of a coding agent, about 150 MB for the bundled model."""
 DEFAULT_PARALLEL = 4
 """Slots: the story's four requests at a time."""
+DEFAULT_BATCH = 256
+"""Prompt tokens per llama_decode call (llama.cpp's default is 2,048). Each call is one beat of
+``llamacpp:n_decode_total``, the heartbeat the supervisor watches: on this CPU a 2,048-token batch
+took 15-20 s (longer than the heartbeat window), a 256-token one 2-4 s (docs/supervisor.md)."""
 DEFAULT_THREADS = 2
 """Plenty for a 270M model; on a bigger machine raise it for a bigger model."""
 DEFAULT_POLL = 0
@@ -62,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, help="port; 0 picks a free one (default: 0)")
     p.add_argument("-c", "--ctx-size", type=int, default=DEFAULT_CTX_SIZE, help="KV cache tokens")
     p.add_argument("-np", "--parallel", type=int, default=DEFAULT_PARALLEL, help="slots")
+    p.add_argument(
+        "-b", "--batch-size", type=int, default=DEFAULT_BATCH, help="prompt tokens per decode call"
+    )
     p.add_argument("-t", "--threads", type=int, default=DEFAULT_THREADS, help="CPU threads")
     p.add_argument(
         "--poll",
@@ -135,7 +142,11 @@ def resolve(args: argparse.Namespace) -> tuple[Path, str, Path | None]:
 def make_params(args: argparse.Namespace, model: Path, alias: str, template: Path | None) -> Any:
     import xllamacpp
 
-    for flag, value in (("--ctx-size", args.ctx_size), ("--parallel", args.parallel)):
+    for flag, value in (
+        ("--ctx-size", args.ctx_size),
+        ("--parallel", args.parallel),
+        ("--batch-size", args.batch_size),
+    ):
         if value < 1:
             raise BadInput(f"{flag}: must be at least 1, got {value}")
     if args.threads < 1:
@@ -146,6 +157,8 @@ def make_params(args: argparse.Namespace, model: Path, alias: str, template: Pat
     params.port = args.port
     params.n_ctx = args.ctx_size
     params.n_parallel = args.parallel
+    params.n_batch = args.batch_size
+    params.n_ubatch = min(params.n_ubatch, args.batch_size)
     params.kv_unified = args.kv_unified
     params.cpuparams.n_threads = args.threads
     params.cpuparams_batch.n_threads = args.threads

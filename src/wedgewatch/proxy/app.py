@@ -21,17 +21,20 @@ from aiohttp import web
 from wedgewatch.clock import SYSTEM, Clock
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.events import EventBus
+from wedgewatch.heartbeat import Feed
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import Upstream
 from wedgewatch.proxy.arrival import Arrival, wait_for_life
 from wedgewatch.proxy.assemble import Kind
 from wedgewatch.proxy.context import Context
+from wedgewatch.proxy.engine import EngineWatch
 from wedgewatch.proxy.exchange import Exchange
 from wedgewatch.proxy.http import error_object, error_response
 from wedgewatch.proxy.metrics import ProxyMetrics
 from wedgewatch.proxy.passthrough import passthrough
 from wedgewatch.proxy.records import RecordSink
 from wedgewatch.proxy.upstream import StaticUpstream
+from wedgewatch.proxy.watch import engine_deadlines
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,9 @@ _ATTEMPT = re.compile(r"^/a/([A-Za-z0-9._:-]{1,128})(/.*)$")
 
 class Proxy:
     """The watchdog proxy. ``upstream`` is an ``Upstream`` (read at each request's start, so a
-    supervisor can swap server lives underneath) or a URL."""
+    supervisor can swap server lives underneath) or a URL. ``feed`` is the server's heartbeat
+    (``Supervisor.feed``, or a standalone ``Scraper``'s): with it, deadlines count engine time
+    (``watchdog.deadlines``) and the engine-stopped verdict ends every request in flight."""
 
     def __init__(
         self,
@@ -52,7 +57,10 @@ class Proxy:
         records_path: Path | None = None,
         bus: EventBus | None = None,
         clock: Clock = SYSTEM,
+        feed: Feed | None = None,
     ) -> None:
+        self.feed = feed
+        self._engine: EngineWatch | None = None
         self.upstream: Upstream = StaticUpstream(upstream) if isinstance(upstream, str) else upstream
         self.watchdog = watchdog or WatchdogConfig()
         self._bus = bus or EventBus()
@@ -95,6 +103,10 @@ class Proxy:
         self._ctx = Context(
             session, self.upstream, self.watchdog, self._clock, self._bus, self._sink, metrics
         )
+        if self.feed is not None:
+            # Stops always come through; engine-time deadlines only when the config wants them.
+            self._ctx.engine = engine_deadlines(self.watchdog, self.feed.heartbeat)
+            self._engine = EngineWatch(self._inflight, self._clock, self.feed)
         app = web.Application(client_max_size=64 * 1024**2)
         app.router.add_get("/wedgewatch/metrics", self._metrics)
         app.router.add_get("/wedgewatch/status", self._status)
@@ -111,6 +123,9 @@ class Proxy:
         return self._url
 
     async def stop(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -185,6 +200,7 @@ class Proxy:
         return {
             "upstream": self.upstream.base_url,
             "watchdog": self.watchdog.model_dump(),
+            "deadlines": "engine" if self._ctx is not None and self._ctx.engine else "wall",
             "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],  # asyncio or uvloop
             "in_flight": rows,
         }

@@ -24,6 +24,7 @@ class Context:
     bus: EventBus
     sink: RecordSink
     metrics: ProxyMetrics
+    engine: bool = False  # deadlines count engine time (a heartbeat reaches us; proxy/watch.py)
     # Request ids: 64 random bits from a generator of our own, seeded from the OS once (not one
     # urandom call per request), and immune to anyone seeding the global ``random``.
     ids: random.Random = field(default_factory=random.Random)

@@ -57,7 +57,7 @@ class Exchange:
         self.request_id = f"{ctx.ids.getrandbits(64):016x}"
         self.started_at = time.time()
         self.t0 = ctx.clock()
-        self.watch = Watch(ctx.cfg, self.t0, ctx.metrics.itl)
+        self.watch = Watch(ctx.cfg, self.t0, ctx.metrics.itl, engine=ctx.engine)
         self.life = ctx.upstream.life()
         self.base_url = ctx.upstream.base_url.rstrip("/")
         self.model: str | None = None
@@ -96,6 +96,14 @@ class Exchange:
             return
         if not self.relay.done:
             self.stall = result
+        self._abort_upstream()
+
+    def stalled(self, stall: Stall) -> None:
+        """A stall decided from the server's heartbeat (engine deadlines, or the engine-stopped
+        verdict) rather than by this request's timer: the same ending as a timer's."""
+        if self._ended or self.relay.done or self.stall is not None:
+            return
+        self.stall = stall
         self._abort_upstream()
 
     def _abort_upstream(self) -> None:

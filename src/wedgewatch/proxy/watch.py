@@ -9,6 +9,12 @@ never a timer per chunk.
 Trickle: "fewer than ``min_rate`` tokens/s over ``rate_window``" holds exactly when the N-th most
 recent token (N = ceil(min_rate * rate_window)) is older than the window, so a ring of the last N
 token times is all the history the check needs.
+
+Engine deadlines (``engine=True``, when the server's heartbeat reaches the proxy): the first-token
+and mid-stream deadlines count only *engine time*, handed in by ``charge`` after every scrape:
+seconds in which the engine stepped while this request was neither waiting nor preempted. Queued
+seconds never count, and they extend ``total_timeout`` too. A request the server preempted must
+prefill again, so until its next token it is judged by the first-token deadline.
 """
 
 from __future__ import annotations
@@ -63,9 +69,15 @@ class Watch:
     """Deadline state of one request. All times are readings of the proxy's clock."""
 
     __slots__ = (
+        "_busy",
+        "_engine",
+        "_engine_stall",
+        "_engine_ttft",
         "_itl",
         "_need",
+        "_queued",
         "_rate",
+        "_refill",
         "_ring",
         "_stall",
         "_total",
@@ -78,7 +90,9 @@ class Watch:
         "tokens",
     )
 
-    def __init__(self, cfg: WatchdogConfig, start: float, itl: Buckets | None = None) -> None:
+    def __init__(
+        self, cfg: WatchdogConfig, start: float, itl: Buckets | None = None, engine: bool = False
+    ) -> None:
         self.start = start
         self.first: float | None = None
         self.last: float | None = None
@@ -92,6 +106,12 @@ class Watch:
         self._need = math.ceil(cfg.min_rate * cfg.rate_window) if cfg.min_rate > 0 else 0
         self._ring = [0.0] * self._need
         self._itl = itl
+        self._engine = engine
+        self._engine_ttft = cfg.engine_ttft_timeout
+        self._engine_stall = cfg.engine_stall_timeout
+        self._busy = 0.0  # engine seconds since the last token (or the start)
+        self._queued = 0.0  # seconds seen waiting or preempted
+        self._refill = False  # preempted since the last token: prefilling again
 
     def progress(self, now: float) -> None:
         """One token-bearing chunk arrived at ``now``."""
@@ -105,6 +125,8 @@ class Watch:
             if self._itl is not None:
                 self._itl.observe(gap)
         self.last = now
+        self._busy = 0.0
+        self._refill = False
         if self._need:
             self._ring[self.tokens % self._need] = now
         self.tokens += 1
@@ -113,9 +135,19 @@ class Watch:
     def ttft(self) -> float | None:
         return None if self.first is None else self.first - self.start
 
+    @property
+    def engine(self) -> bool:
+        return self._engine
+
     def deadline(self) -> tuple[float, str]:
         """The earliest deadline given the tokens so far, and the stall kind it would be."""
-        when, kind = self.start + self._total, TOTAL_TIMEOUT
+        when, kind = self.start + self._total + self._queued, TOTAL_TIMEOUT
+        if self._engine:
+            if self._need and self.first is not None:
+                anchor = self._ring[self.tokens % self._need] if self.tokens >= self._need else self.first
+                if anchor + self._window < when:
+                    when, kind = anchor + self._window, TRICKLE
+            return when, kind
         if self.first is None or self.last is None:
             t = self.start + self._ttft
             if t <= when:
@@ -138,6 +170,49 @@ class Watch:
             return when
         return self._stall_of(kind, now)
 
+    def charge(
+        self, now: float, dt: float, stepping: bool, queued: bool, preempted: bool = False
+    ) -> Stall | None:
+        """Engine deadlines: ``dt`` seconds passed in which the engine stepped (or not), with
+        this request waiting in the server's queue (or not); a ``Stall`` once a budget is spent."""
+        if not self._engine:
+            return None
+        if preempted:
+            self._refill, self._busy = True, 0.0
+        if queued:
+            self._queued += dt
+            if self.first is not None:
+                self._refill, self._busy = True, 0.0
+            return None
+        if not stepping:
+            return None
+        self._busy += dt
+        if self.first is None or self._refill:
+            if self._busy >= self._engine_ttft:
+                return self._stall_of(STALL_TTFT, now)
+        elif self._busy >= self._engine_stall:
+            return self._stall_of(STALL_MIDSTREAM, now)
+        return None
+
+    def engine_stopped(self, now: float, still_for: float, window: float) -> Stall:
+        """The whole engine stopped (the heartbeat rule's verdict): this request can never end."""
+        kind = STALL_TTFT if self.first is None else STALL_MIDSTREAM
+        msg = (
+            f"the server's engine stopped: nothing moved for {still_for:.1f} s with requests in it "
+            f"(heartbeat_window {window:g} s), after {self.tokens} tokens"
+        )
+        return Stall(
+            kind,
+            now - self.start,
+            self._since_last(now),
+            self.tokens,
+            window,
+            msg + "; the upstream request was aborted",
+        )
+
+    def _since_last(self, now: float) -> float:
+        return now - (self.last if self.last is not None else self.start)
+
     def in_window(self, now: float) -> int:
         """Tokens in the last ``rate_window`` seconds (at most N: only N times are kept)."""
         if not self._need:
@@ -149,7 +224,20 @@ class Watch:
         elapsed = now - self.start
         since = now - (self.last if self.last is not None else self.start)
         n = self.tokens
-        if kind == STALL_TTFT:
+        if kind == STALL_TTFT and self._engine:
+            window = self._engine_ttft
+            again = " since it was preempted" if self.first is not None else ""
+            msg = (
+                f"no token{again} in {self._busy:.1f} s of engine time ({elapsed:.1f} s in all, "
+                f"{self._queued:.1f} s queued; engine_ttft_timeout {window:g} s)"
+            )
+        elif kind == STALL_MIDSTREAM and self._engine:
+            window = self._engine_stall
+            msg = (
+                f"no token in {self._busy:.1f} s of engine time after {n} tokens, while the engine "
+                f"served others (engine_stall_timeout {window:g} s)"
+            )
+        elif kind == STALL_TTFT:
             window = self._ttft
             msg = f"no first token within {elapsed:.1f} s (ttft_timeout {window:g} s)"
         elif kind == STALL_MIDSTREAM:
@@ -166,3 +254,13 @@ class Watch:
             window = self._total
             msg = f"request ran {elapsed:.1f} s with {n} tokens, past total_timeout {window:g} s"
         return Stall(kind, elapsed, since, n, window, msg + "; the upstream request was aborted")
+
+
+def engine_deadlines(cfg: WatchdogConfig, has_heartbeat: bool) -> bool:
+    """Whether requests are judged by engine time (``deadlines``; docs/proxy.md). ``auto`` is
+    engine time unless the config sets a wall-clock deadline of its own."""
+    if not has_heartbeat or cfg.deadlines == "wall":
+        return False
+    if cfg.deadlines == "engine":
+        return True
+    return not ({"ttft_timeout", "stall_timeout"} & cfg.model_fields_set)

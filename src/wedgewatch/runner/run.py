@@ -71,13 +71,21 @@ def effective(cfg: Config) -> Config:
     if scale != 1.0:
         if server["profile"] == "sim" and server["time_scale"] == 1.0:
             server["time_scale"] = scale
-        for key in ("ttft_timeout", "stall_timeout", "rate_window", "total_timeout"):
+        for key in (
+            "ttft_timeout",
+            "stall_timeout",
+            "engine_ttft_timeout",
+            "engine_stall_timeout",
+            "rate_window",
+            "total_timeout",
+        ):
             watchdog[key] = scaled(watchdog[key])
         watchdog["min_rate"] = watchdog["min_rate"] * scale
         # The supervisor's windows watch the server's work, so they shrink with it too.
-        for key in ("wedge_window", "canary_timeout"):
+        for key in ("wedge_window", "heartbeat_window", "canary_timeout"):
             server[key] = scaled(server[key])
-        server["scrape_interval"] = min(server["scrape_interval"], max(0.1, server["wedge_window"] / 4))
+        window = server["heartbeat_window"] if server["detection"] == "heartbeat" else server["wedge_window"]
+        server["scrape_interval"] = min(server["scrape_interval"], max(0.1, window / 4))
         server["warmup"]["timeout"] = scaled(server["warmup"]["timeout"])
         # The client's deadline is on the server's work too; the agent's own limits (command
         # timeouts, the attempt's wall clock) are real time, as sandbox commands run at real speed.

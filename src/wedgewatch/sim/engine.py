@@ -9,13 +9,13 @@ import asyncio
 import logging
 import time
 from bisect import bisect_left
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from wedgewatch.sim.faults import FaultBook
 from wedgewatch.sim.policy import Policy
 from wedgewatch.sim.scenario import Scenario
+from wedgewatch.sim.sched import Scheduler
 from wedgewatch.sim.wedge import ServerState, WedgeDice
 
 log = logging.getLogger(__name__)
@@ -120,6 +120,8 @@ class Counters:
     generation_tokens: int = 0
     prefix_queries: int = 0
     prefix_hits: int = 0
+    preemptions: int = 0
+    steps: int = 0
     success: dict[str, int] = field(default_factory=lambda: {"stop": 0, "length": 0, "abort": 0})
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
@@ -134,6 +136,8 @@ class Counters:
             self.generation_tokens,
             self.prefix_queries,
             self.prefix_hits,
+            self.preemptions,
+            self.steps,
             dict(self.success),
             self.ttft.copy(),
             self.itl.copy(),
@@ -180,7 +184,10 @@ class Engine:
         self.ready_at = 0.0
         self.listener: asyncio.Server | None = None  # closed first by a lingering crash
         self.started = time.time()
-        self._queue: deque[asyncio.Future[None]] = deque()
+        self.chunk_tokens = scenario.server.max_num_batched_tokens
+        self.sched = Scheduler(
+            self.m, self.max_num_seqs, scenario.server.kv_cache_tokens, self.token_rate, time.monotonic
+        )
         self._prefixes: set[int] = set()
 
     # --- readiness and the wedge -----------------------------------------------------------------
@@ -194,42 +201,17 @@ class Engine:
 
     def wedge(self, cause: str) -> None:
         if self.wedged_at is None:
+            self.sched.flush()
             self.frozen = self.m.snapshot()
             self.wedged_at = time.time()
             self.wedge_cause = cause
             log.warning("engine wedged (%s) at age %d requests", cause, self.age_requests)
 
     def metrics_view(self) -> Counters:
-        return self.frozen or self.m
-
-    # --- slots ----------------------------------------------------------------------------------
-
-    async def acquire(self) -> None:
-        """A running slot; waits in FIFO order (counted as waiting) when all are taken."""
-        if self.m.running < self.max_num_seqs and not self._queue:
-            self.m.running += 1
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append(fut)
-        self.m.waiting += 1
-        try:
-            await fut
-        except BaseException:
-            if fut.done() and not fut.cancelled():
-                self.release()  # the slot was handed over just as we were cancelled
-            else:
-                self._queue.remove(fut)
-                self.m.waiting -= 1
-            raise
-
-    def release(self) -> None:
-        while self._queue:
-            fut = self._queue.popleft()
-            if not fut.done():
-                self.m.waiting -= 1
-                fut.set_result(None)
-                return
-        self.m.running -= 1
+        if self.frozen is not None:
+            return self.frozen
+        self.sched.flush()
+        return self.m
 
     # --- admission: age, hazard, prefix cache -----------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""One generation request, from arrival to its last byte: queue, prefill, tokens, faults.
+"""One generation request, from arrival to its last byte: queue, chunked prefill, tokens,
+preemption, faults (the scheduler's side is ``sched.py``).
 
 Each request is one asyncio task (aiohttp's handler task) with one timer at a time. The chunks
 are encoded before the first token; when the event loop falls behind, every token that is due
@@ -15,6 +16,8 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from aiohttp import web
 
@@ -22,6 +25,7 @@ from wedgewatch.sim.chunks import DONE, PING, ChatEncoder, CompletionEncoder, Re
 from wedgewatch.sim.engine import Engine
 from wedgewatch.sim.parse import GenRequest
 from wedgewatch.sim.scenario import Fault
+from wedgewatch.sim.sched import Ticket
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +55,16 @@ class Generation:
         self.resp: web.StreamResponse | None = None
         self.ping = engine.ping
         self.last_write = arrived
-        self.slot = False
-        self.kv = 0
+        self.kv = 0  # KV tokens held (the scheduler's Owner protocol)
+        self.holding = False
+        self.preempted = False
+        self.decoding = False
+        self.ticket: Ticket | None = None
+        self.sent = 0  # tokens emitted so far
         self.outcome = "aborted"
+
+    def resume_need(self) -> int:
+        return self.req.prompt_tokens + self.sent
 
     async def run(self) -> web.StreamResponse:
         e, st = self.e, self.e.stats
@@ -69,9 +80,7 @@ class Generation:
             else:
                 st.aborted += 1
                 e.m.success["abort"] += 1
-            if self.slot:
-                e.release()
-                e.m.kv_tokens -= self.kv
+            e.sched.release(self)
 
     async def _run(self) -> web.StreamResponse:
         e, req, m = self.e, self.req, self.e.m
@@ -83,21 +92,20 @@ class Generation:
             role = self.enc.role_chunk()
             if role:
                 await self._write(role)
-        await self._acquire()
+        cached = e.cached_tokens(req.prefix_keys, req.prompt_tokens)
+        # Admitted once its first chunk fits, as vLLM schedules chunk by chunk.
+        await self._acquire(min(req.prompt_tokens - cached, e.chunk_tokens))
         n = len(self.reply.units)
         wedge_at = e.admit(req.adapter, n)
-        self.kv = req.prompt_tokens
-        m.kv_tokens += self.kv
-
-        cached = e.cached_tokens(req.prefix_keys, req.prompt_tokens)
-        await self._sleep_until(self.loop.time() + (req.prompt_tokens - cached) / e.prefill_rate)
-        if e.wedged:
-            await self._stall()
+        wedge_prefill = None
+        if self.fault is not None and self.fault.action == "wedge_in_prefill":
+            wedge_prefill = self.fault.after_tokens or (req.prompt_tokens - cached) // 2
+        await self._prefill(req.prompt_tokens - cached, wedge_prefill)
         m.prompt_tokens += req.prompt_tokens
         m.prefix_queries += req.prompt_tokens if e.opts.prefix_caching else 0
         m.prefix_hits += cached
-        m.iteration.observe(req.prompt_tokens - cached + 1)
         e.remember_prefixes(req.prefix_keys)
+        e.sched.start_decoding(self)
 
         stop_at, action, rate = n, "", e.token_rate
         f = self.fault
@@ -130,23 +138,57 @@ class Generation:
         await self.resp.write(data)
         self.last_write = self.loop.time()
 
-    async def _acquire(self) -> None:
+    async def _acquire(self, need: int) -> None:
         if self.ping is None or self.resp is None:
-            await self.e.acquire()
-            self.slot = True
+            await self.e.sched.acquire(self, need)
             return
-        task = asyncio.ensure_future(self.e.acquire())
+        await self._pinging(self.e.sched.acquire(self, need))
+
+    async def _pinging(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Wait for ``coro``, sending ``: ping`` comments meanwhile."""
+        task = asyncio.ensure_future(coro)
         try:
             while not task.done():
                 await asyncio.wait({task}, timeout=self.ping)
                 if not task.done():
                     await self._write(PING)
         finally:
-            if task.done() and not task.cancelled() and task.exception() is None:
-                self.slot = True
-            else:
+            if not task.done():
                 task.cancel()
         task.result()
+
+    async def _requeue(self) -> None:
+        """Preempted: wait at the front of the queue, then prefill everything again."""
+        if self.ping is None or self.resp is None:
+            await self.e.sched.resume(self)
+        else:
+            await self._pinging(self.e.sched.resume(self))
+        await self._prefill(self.req.prompt_tokens + self.sent, None)
+        self.e.sched.start_decoding(self)
+
+    async def _prefill(self, tokens: int, wedge_after: int | None) -> None:
+        """``tokens`` of prefill in chunks of ``max_num_batched_tokens``, the KV of each chunk
+        allocated as it is scheduled; a preemption starts it over (recompute)."""
+        e = self.e
+        done = 0
+        while done < tokens:
+            chunk = min(e.chunk_tokens, tokens - done)
+            e.sched.grow(self, chunk)
+            if self.preempted:
+                await e.sched.resume(self)
+                tokens, done = self.req.prompt_tokens + self.sent, 0
+                continue
+            await self._sleep_until(self.loop.time() + chunk / e.prefill_rate)
+            if e.wedged:
+                await self._stall()
+            if self.preempted:  # another request's allocation sent us back meanwhile
+                await e.sched.resume(self)
+                tokens, done = self.req.prompt_tokens + self.sent, 0
+                continue
+            done += chunk
+            if wedge_after is not None and done >= wedge_after:
+                e.wedge("scripted")
+                await self._stall()
 
     async def _sleep_until(self, deadline: float) -> None:
         """Wait, sending ``: ping`` comments on a stream when --sse-ping-interval is set."""
@@ -183,12 +225,15 @@ class Generation:
                 now = loop.time()
             if e.wedged:
                 await self._stall()
+            if self.preempted:
+                await self._requeue()
+                now = t_next = t_prev = loop.time()
             k = min(stop - i, 1 + int((now - t_next) * rate))
             if chunks is not None:
                 await self._write(chunks[i] if k == 1 else b"".join(chunks[i : i + k]))
             m.generation_tokens += k
-            m.kv_tokens += k
-            self.kv += k
+            self.sent += k
+            e.sched.grow(self, k)
             st.tokens_generated += k
             if i == 0:
                 m.ttft.observe(now - self.arrived)

@@ -65,6 +65,9 @@ class EngineCollector(Collector):
         yield counter(
             "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", m.prefix_hits
         )
+        yield counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine.", m.preemptions
+        )
         rs = CounterMetricFamily(
             "vllm:request_success",
             "Count of successfully processed requests.",

@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from wedgewatch.errors import ScenarioError
 
-Action = Literal["stall_ttft", "stall_after", "trickle", "http_error", "drop", "crash", "wedge"]
+Action = Literal[
+    "stall_ttft", "stall_after", "trickle", "http_error", "drop", "crash", "wedge", "wedge_in_prefill"
+]
 
 
 class _Strict(BaseModel):
@@ -37,7 +39,8 @@ class Fault(_Strict):
     """How many matching requests the fault applies to; 0 = every one."""
     action: Action
     after_tokens: int = Field(0, ge=0)
-    """stall_after, drop, crash, wedge: tokens sent before the fault strikes."""
+    """stall_after, drop, crash, wedge: tokens sent before the fault strikes. wedge_in_prefill:
+    prompt tokens prefilled before the server wedges (0: half the prompt)."""
     rate: float = Field(0.5, gt=0)
     """trickle: tokens per second (multiplied by --time-scale, as every duration is divided)."""
     status: int = Field(503, ge=400, le=599)
@@ -66,7 +69,10 @@ class Server(_Strict):
     max_num_seqs: int | None = Field(None, ge=1)
     """Concurrent generations; --max-num-seqs overrides it (default 256, as vLLM's)."""
     kv_cache_tokens: int = Field(262144, ge=1)
-    """KV-cache capacity in tokens, for vllm:kv_cache_usage_perc."""
+    """KV-cache capacity in tokens, behind vllm:kv_cache_usage_perc; when it is full the latest
+    admitted request is preempted."""
+    max_num_batched_tokens: int = Field(2048, ge=16)
+    """Prefill chunk size, as vLLM's --max-num-batched-tokens: the KV usage moves once a chunk."""
 
 
 class PolicySection(_Strict):

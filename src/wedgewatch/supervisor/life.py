@@ -14,11 +14,12 @@ from typing import Any
 import aiohttp
 
 from wedgewatch import redact
+from wedgewatch.heartbeat import Reading
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import LifeInfo, ServerProcess
 from wedgewatch.supervisor import probes
 from wedgewatch.supervisor.profiles import Series
-from wedgewatch.supervisor.watch import Reading, WedgeDetector, reduce
+from wedgewatch.supervisor.watch import WedgeDetector, reduce
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +89,10 @@ class Life:
         }
 
     def at_limit(self) -> bool:
-        """Whether the server is full, so a canary would only wait in its queue."""
+        """Whether the server is full, so a canary would only wait in its queue. A full server
+        on which nothing moved since the last scrape is not busy but stuck: no skip then."""
         r = self.reading
-        if r is None:
+        if r is None or not self.detector.moving:
             return False
         if r.waiting is not None and r.waiting > 0:
             return True

@@ -35,6 +35,11 @@ class Profile:
     token_counters: tuple[str, ...] = ()
     running_gauge: str | None = None
     waiting_gauge: str | None = None
+    heartbeat: tuple[str, ...] = ()
+    """Series that change on every engine step, prefill chunks included (docs/supervisor.md
+    cites each in its server's source); empty: the server has none and only tokens count."""
+    preemptions: str | None = None
+    """Counter of requests sent back to waiting (preempted, retracted)."""
     arg_sets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     lora: Callable[[Mapping[str, str]], Argv] | None = None
     concurrency_flags: tuple[str, ...] = ()
@@ -121,6 +126,10 @@ _VLLM = Profile(
     token_counters=("vllm:generation_tokens_total", "vllm:prompt_tokens_total"),
     running_gauge="vllm:num_requests_running",
     waiting_gauge="vllm:num_requests_waiting",
+    # KV usage is set from the scheduler's stats after every executed step, prefill chunks that
+    # emit no token included; iteration_tokens_total is observed once per step with outputs.
+    heartbeat=("vllm:kv_cache_usage_perc", "vllm:iteration_tokens_total_count"),
+    preemptions="vllm:num_preemptions_total",
     arg_sets={"hybrid-safe": HYBRID_SAFE_VLLM},
     lora=_vllm_lora,
     concurrency_flags=("--max-num-seqs",),
@@ -137,6 +146,10 @@ REGISTRY: dict[str, Profile] = {
         token_counters=("sglang:generation_tokens_total", "sglang:prompt_tokens_total"),
         running_gauge="sglang:num_running_reqs",
         waiting_gauge="sglang:num_queue_reqs",
+        # realtime_tokens_total{mode="prefill_compute"} grows with every prefill batch (each
+        # chunk), {mode="decode"} with every decode iteration; the other series every few steps.
+        heartbeat=("sglang:realtime_tokens_total", "sglang:token_usage"),
+        preemptions="sglang:num_retracted_requests_total",
         arg_sets={"hybrid-safe": ("--disable-radix-cache", "--disable-cuda-graph")},
         lora=_sglang_lora,
         concurrency_flags=("--max-running-requests",),
@@ -155,6 +168,8 @@ REGISTRY: dict[str, Profile] = {
         ),
         running_gauge="llamacpp:requests_processing",
         waiting_gauge="llamacpp:requests_deferred",
+        # One per llama_decode call, prompt batches included (measured, docs/supervisor.md).
+        heartbeat=("llamacpp:n_decode_total",),
         lora=_llamacpp_lora,
         concurrency_flags=("-np", "--parallel"),
         missing='put llama-server on PATH, or set server.launcher = "xllamacpp" for the bundled launcher',
@@ -167,6 +182,8 @@ REGISTRY: dict[str, Profile] = {
         token_counters=_VLLM.token_counters,
         running_gauge=_VLLM.running_gauge,
         waiting_gauge=_VLLM.waiting_gauge,
+        heartbeat=_VLLM.heartbeat,
+        preemptions=_VLLM.preemptions,
         owned=False,
     ),
 }
@@ -179,9 +196,18 @@ class Series:
     token_counters: tuple[str, ...]
     running_gauge: str | None
     waiting_gauge: str | None
+    heartbeat: tuple[str, ...] = ()
+    preemptions: str | None = None
 
     def names(self) -> list[str]:
-        return [n for n in (*self.token_counters, self.running_gauge, self.waiting_gauge) if n]
+        names = (
+            *self.token_counters,
+            self.running_gauge,
+            self.waiting_gauge,
+            *self.heartbeat,
+            self.preemptions,
+        )
+        return list(dict.fromkeys(n for n in names if n))
 
 
 def get_profile(name: str, source: str = "config") -> Profile:
@@ -234,7 +260,18 @@ def series(cfg: ServerConfig, profile: Profile) -> Series:
         tuple(cfg.token_counters) or profile.token_counters,
         cfg.running_gauge or profile.running_gauge,
         cfg.waiting_gauge or profile.waiting_gauge,
+        tuple(cfg.heartbeat_series) or profile.heartbeat,
+        profile.preemptions,
     )
+
+
+def heartbeat_rule(cfg: ServerConfig, series: Series) -> bool:
+    """Whether this server is watched by the heartbeat rule (docs/supervisor.md, "Detection").
+    ``auto``: when it has heartbeat series and the config does not set ``wedge_window`` (a
+    config written for the tokens rule keeps it)."""
+    if cfg.detection == "auto":
+        return bool(series.heartbeat) and "wedge_window" not in cfg.model_fields_set
+    return cfg.detection == "heartbeat" and bool(series.heartbeat)
 
 
 def concurrency_limit(argv: list[str], profile: Profile) -> int | None:

@@ -59,6 +59,9 @@ class Starter:
         self.headers = headers
         self.session: aiohttp.ClientSession | None = None
         self.model = profiles.served_name(cfg)
+        self.heartbeat = profiles.heartbeat_rule(cfg, profiles.series(cfg, profile))
+        self.window = cfg.heartbeat_window if self.heartbeat else cfg.wedge_window
+        """The wedge rule's window (heartbeat_window or wedge_window, see heartbeat_rule)."""
 
     def _http(self) -> aiohttp.ClientSession:
         if self.session is None:
@@ -80,7 +83,7 @@ class Starter:
             argv,
             reason,
             self.clock(),
-            WedgeDetector(self.cfg.wedge_window),
+            WedgeDetector(self.window, self.heartbeat),
             log_path=log_path,
             owned=owned,
             concurrency=profiles.concurrency_limit(argv, self.profile),

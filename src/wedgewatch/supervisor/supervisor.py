@@ -31,6 +31,7 @@ from wedgewatch.events import (
     UpstreamFailed,
     Wedged,
 )
+from wedgewatch.heartbeat import Feed
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import LifeInfo
 from wedgewatch.supervisor import profiles
@@ -80,6 +81,8 @@ class Supervisor:
         key = api_key(cfg.args)
         self._headers = {"Authorization": f"Bearer {key}"} if key else None
         self.starter = Starter(cfg, self.profile, self.rec, self.bus, clock, self._headers)
+        self.feed = Feed(self.starter.window, self.starter.heartbeat)
+        """Every scrape's reading and every wedge verdict, for the proxy (``Proxy(feed=...)``)."""
 
     # --- the Upstream protocol and what the runner reads ------------------------------------
 
@@ -307,15 +310,19 @@ class Supervisor:
                 return
             ok, evidence, err = await life.scrape(session, self.series, self.rec, self.clock, self._headers)
             now = self.clock()
+            if ok and life.reading is not None:
+                self.feed.reading(life.reading, life.life_id)
+            elif not ok and evidence is None:
+                evidence = life.detector.unreachable(now)
+            if evidence is not None:
+                self._bg.spawn(self._on_wedge(life, evidence))
+                return
             if ok:
-                if evidence is not None:
-                    self._bg.spawn(self._on_wedge(life, evidence))
-                    return
                 recycle = self.policy.tokens(life.age_tokens())
                 if recycle and not life.recycling:
                     life.recycling = True
                     self._bg.spawn(self._restart(recycle, life, counted=False))
-            elif now - life.last_scrape_ok >= self.cfg.wedge_window and life.probe_task is None:
+            elif now - life.last_scrape_ok >= self.starter.window and life.probe_task is None:
                 # /metrics itself has not answered for a whole window: let a canary decide.
                 life.last_scrape_ok = now
                 life.probe_task = self._bg.spawn(
@@ -340,6 +347,7 @@ class Supervisor:
         }
         self.rec.event("wedge", detail, life)
         self.bus.publish(Wedged(life_id=life.life_id, evidence=detail))
+        self.feed.stopped(detail, life.life_id)
         log.warning("wedge on %s: %s", life.life_id, {k: v for k, v in evidence.items() if k != "samples"})
         if self.cfg.restart_on_wedge:
             await self._restart("wedge", life)

@@ -1,36 +1,24 @@
-"""Wedge detection from scraped metrics: requests are running, and the token counters are flat.
+"""Wedge detection from scraped metrics: work is present and nothing the engine does moves.
 
 ``/health`` is blind to a wedge (vLLM answers 200 with its engine frozen), so liveness here is
-token progress. The detector is pure logic over readings, so deadlines are tested with a fake
-clock; the life it watches scrapes (``Life.scrape``) and feeds it one reading per scrape.
+progress. Two rules (docs/supervisor.md): *tokens* (legacy: requests running, token counters flat
+for ``wedge_window``) and *heartbeat* (requests running or waiting, neither the token counters
+nor the heartbeat series moved for ``heartbeat_window``). The detector is pure logic over
+readings, so deadlines are tested with a fake clock; the life it watches scrapes (``Life.scrape``)
+and feeds it one reading per scrape.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 from wedgewatch import promtext
+from wedgewatch.heartbeat import Reading
 from wedgewatch.supervisor.profiles import Series
 
 _EVIDENCE_SAMPLES = 60
 """Readings kept as evidence of a wedge (the flat stretch, the latest ones)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """One scrape, reduced to what the detector needs."""
-
-    at: float  # the supervisor's clock (monotonic)
-    wall: float  # time.time(), for the ledger
-    tokens: float | None  # sum of the token counters
-    generated: float | None  # the first counter: tokens generated
-    running: float | None
-    waiting: float | None
-
-    def as_row(self) -> list[Any]:
-        return [round(self.wall, 3), self.tokens, self.running, self.waiting]
 
 
 def reduce(samples: promtext.Samples, series: Series, at: float, wall: float) -> Reading:
@@ -43,50 +31,91 @@ def reduce(samples: promtext.Samples, series: Series, at: float, wall: float) ->
         generated=counters[0] if counters else None,
         running=samples.total(series.running_gauge) if series.running_gauge else None,
         waiting=samples.total(series.waiting_gauge) if series.waiting_gauge else None,
+        beat=tuple(samples.total(n) for n in series.heartbeat),
+        preemptions=samples.total(series.preemptions) if series.preemptions else None,
     )
 
 
 class WedgeDetector:
-    """Fires once when ``running > 0`` and the token counters have not moved for ``window``
-    seconds. The flat stretch starts at the last reading that showed progress (or the first one
-    with work running after an idle one), so a wedge is seen at most ``window + 2 x scrape
-    interval`` after its last token, and never sooner than ``window`` after it."""
+    """Fires once when work is present and nothing has moved for ``window`` seconds.
 
-    def __init__(self, window: float) -> None:
+    ``heartbeat`` off (the tokens rule): work is ``running > 0`` and movement is the token
+    counters. On: work is running *or waiting* requests and movement is the token counters or
+    any heartbeat series. The still stretch starts at the last reading that showed movement (or
+    the first one with work after an idle one), so a wedge is seen at most ``window + 2 x scrape
+    interval`` after the engine's last step, and never sooner than ``window`` after it."""
+
+    def __init__(self, window: float, heartbeat: bool = False) -> None:
         self.window = window
+        self.heartbeat = heartbeat
         self._since: float | None = None
-        self._last_tokens: float | None = None
+        self._last: Reading | None = None
         self._fired = False
+        self._moving = True
         self._recent: deque[Reading] = deque(maxlen=_EVIDENCE_SAMPLES)
 
     @property
     def fired(self) -> bool:
         return self._fired
 
+    @property
+    def moving(self) -> bool:
+        """Whether the last reading showed the engine moving (True before any reading)."""
+        return self._moving
+
     def flat_for(self, now: float) -> float:
         """Seconds the counters have been flat with work running (0 when not)."""
         return 0.0 if self._since is None else max(0.0, now - self._since)
+
+    def _work(self, r: Reading) -> bool:
+        return r.has_work() if self.heartbeat else (r.running or 0) > 0
+
+    def _moved(self, r: Reading, prev: Reading | None) -> bool:
+        if prev is None:
+            return True
+        if self.heartbeat:
+            return r.moved_since(prev)
+        return r.tokens != prev.tokens
 
     def observe(self, r: Reading) -> dict[str, Any] | None:
         """Feed one reading; returns the wedge evidence the first time the rule holds."""
         self._recent.append(r)
         if r.tokens is None or r.running is None:
             self._since = None  # cannot judge without both series
+            self._last = None
             return None
-        moved = self._last_tokens is None or r.tokens != self._last_tokens
-        self._last_tokens = r.tokens
-        if r.running <= 0:
+        moved = self._moved(r, self._last)
+        self._last = r
+        self._moving = moved
+        if not self._work(r):
             self._since = None  # idle: flat counters mean nothing
             return None
         if moved or self._since is None:
             self._since = r.at  # progress, or the first reading with work running
             return None
-        flat = r.at - self._since
+        return self._judge(r.at, r)
+
+    def unreachable(self, now: float) -> dict[str, Any] | None:
+        """Heartbeat rule: /metrics stopped answering. A server that answers not even its
+        metrics while the last reading showed work is as still as a frozen one (a SIGSTOP looks
+        exactly like this); the still stretch runs on from that reading."""
+        last = self._last
+        if not self.heartbeat or last is None or self._since is None or not self._work(last):
+            return None
+        evidence = self._judge(now, last)
+        if evidence is not None:
+            evidence["unreachable"] = True
+        return evidence
+
+    def _judge(self, now: float, r: Reading) -> dict[str, Any] | None:
+        assert self._since is not None
+        flat = now - self._since
         if flat < self.window or self._fired:
             return None
         self._fired = True
         return {
             "source": "metrics",
+            "rule": "heartbeat" if self.heartbeat else "tokens",
             "window": self.window,
             "flat_seconds": round(flat, 3),
             "running": r.running,
