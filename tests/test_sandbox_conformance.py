@@ -24,11 +24,9 @@ KINDS = ["local", "bwrap", "container"]
 
 
 @pytest.fixture(params=KINDS)
-def new_box(
-    request: pytest.FixtureRequest, tmp_path: Path, testbed_images: Callable[[int], str]
-) -> Iterator[Callable[..., Sandbox]]:
+def new_box(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Sandbox]]:
     kind = str(request.param)
-    image = testbed_images(0) if kind == "container" else None
+    image = request.getfixturevalue("testbed_images")(0) if kind == "container" else None
     boxes: list[Sandbox] = []
 
     def new(**limits: Any) -> Sandbox:
@@ -100,3 +98,14 @@ def test_the_patch_is_extracted(new_box: Callable[..., Sandbox]) -> None:
     assert "diff --git a/extra/new.py b/extra/new.py" in patch and "+x = 1" in patch
     # The repository's own index is left alone: the new file is still untracked.
     assert "?? extra/" in box.run("git status --porcelain", timeout=30).output
+
+
+def test_a_closed_container_is_removed(tmp_path: Path, testbed_images: Callable[[int], str]) -> None:
+    import subprocess
+
+    box = make("container", INSTANCE, tmp_path, settings("container", testbed_images(0)))
+    name = box.container  # type: ignore[attr-defined]
+    listed = ["podman", "ps", "-a", "--filter", "label=wedgewatch.sandbox", "--format", "{{.Names}}"]
+    assert name in subprocess.run(listed, capture_output=True, text=True, check=True).stdout.split()
+    box.close()
+    assert name not in subprocess.run(listed, capture_output=True, text=True, check=True).stdout.split()

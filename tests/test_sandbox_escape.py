@@ -24,11 +24,9 @@ INSTANCE = load_bundled()[0]
 
 
 @pytest.fixture(params=["bwrap", "container"])
-def new_box(
-    request: pytest.FixtureRequest, tmp_path: Path, testbed_images: Callable[[int], str]
-) -> Iterator[Callable[..., Sandbox]]:
+def new_box(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Sandbox]]:
     kind = str(request.param)
-    image = testbed_images(0) if kind == "container" else None
+    image = request.getfixturevalue("testbed_images")(0) if kind == "container" else None
     boxes: list[Sandbox] = []
 
     def new(**limits: Any) -> Sandbox:

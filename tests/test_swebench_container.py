@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from sandbox_helpers import PODMAN_ARGS, require_tools
-from wedgewatch.config import SuiteConfig, load_config
+from wedgewatch.config import Config, SuiteConfig, load_config
+from wedgewatch.errors import BadInput, SuiteError
 from wedgewatch.ledger import Ledger
 from wedgewatch.runner import main as runner_main
 from wedgewatch.runner.evaluate import evaluate
+from wedgewatch.runner.run import check_repositories
 from wedgewatch.runner.suite import load_suite
 from wedgewatch.sandbox import LocalSandbox
 from wedgewatch.sandbox.images import image_for
@@ -56,7 +58,7 @@ def verified_row(n: int, image: str) -> dict[str, Any]:
 
 
 def test_verified_rows_load_from_jsonl_and_parquet_and_name_swebench_images(tmp_path: Path) -> None:
-    pa = pytest.importorskip("pyarrow")  # a dependency of `datasets`, in the lock
+    import pyarrow as pa  # a dependency of `datasets`, in the lock
     import pyarrow.parquet as pq
 
     row = {k: v for k, v in verified_row(SOLVED, "x").items() if k in VERIFIED}
@@ -72,6 +74,20 @@ def test_verified_rows_load_from_jsonl_and_parquet_and_name_swebench_images(tmp_
         assert image_for(inst) == "docker.io/swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
         assert image_for({**inst, "image_name": "mine:1"}) == "mine:1"
         assert image_for(inst, "local/{instance_id}:t") == "local/django_1776_django-11099:t"
+
+
+def test_a_container_run_needs_no_mirror_and_no_host_work_tree(tmp_path: Path) -> None:
+    row = {k: v for k, v in verified_row(SOLVED, "x").items() if k in VERIFIED}
+    row["instance_id"], row["repo"] = "django__django-11099", "django/django"
+    path = tmp_path / "verified.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    suite = load_suite(SuiteConfig(path=str(path)))
+    with pytest.raises(SuiteError, match="django__django-11099"):
+        check_repositories(Config(), suite)  # local: no mirror, not bundled
+    check_repositories(Config.model_validate({"sandbox": {"kind": "container"}}), suite)
+    command_in_container = {"sandbox": {"kind": "container"}, "agent": {"name": "command"}}
+    with pytest.raises(BadInput, match="runs its program on the host"):
+        check_repositories(Config.model_validate(command_in_container), suite)
 
 
 def write_config(tmp_path: Path, suite: Path) -> Path:

@@ -148,6 +148,12 @@ def check_repositories(cfg: Config, suite: Suite) -> None:
     from wedgewatch.sandbox.local import has_repository, mirror_of
 
     get_sandbox(cfg.sandbox.kind)  # an unknown kind is the user's error, said before anything runs
+    if cfg.sandbox.kind == "container" and cfg.agent.name == "command":
+        raise BadInput(
+            "agent.name = command runs its program on the host, in the work tree: a container "
+            "has none there (use sandbox.kind local or bwrap, or an agent that runs commands "
+            "through the sandbox: bash, mini-swe-agent)"
+        )
     if cfg.sandbox.kind not in NEEDS_REPOSITORY:
         return  # the instance's image holds its repository
     repos_dir = Path(cfg.suite.repos_dir) if cfg.suite.repos_dir else None
