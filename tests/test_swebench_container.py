@@ -169,3 +169,31 @@ def test_a_container_run_graded_by_swebench_agrees_with_the_local_evaluation(
         s != "PASSED"
         for s in json.loads(graded[BUNDLED[WRONG]["instance_id"]]["detail_json"])["tests"].values()
     )
+
+
+def test_mini_swe_agent_solves_an_instance_inside_its_container(
+    start_sim: Callable[..., Any], testbed_images: Callable[[int], str], tmp_path: Path
+) -> None:
+    from sandbox_helpers import make, settings
+    from wedgewatch.agents.miniswe import MiniSweAgent
+    from wedgewatch.config import AgentConfig
+    from wedgewatch.protocols import AgentTask
+    from wedgewatch.sim.swe_policy import behaviour
+
+    n = next(i for i, inst in enumerate(BUNDLED) if behaviour(inst["instance_id"], 0, 1.0) == "solve")
+    sim = start_sim("--policy", "swe", "--time-scale", "50")
+    box = make("container", BUNDLED[n], tmp_path / "box", settings("container", testbed_images(n)))
+    task = AgentTask(
+        "att", BUNDLED[n], box, f"{sim.url}/v1", "sim-model", trajectory_path=tmp_path / "t.json"
+    )
+    try:
+        assert str(box.path) == "/testbed"  # what mini is told to work in: the image's directory
+        result = MiniSweAgent(AgentConfig(name="mini-swe-agent")).run(task)
+    finally:
+        box.close()
+    assert (result.status, result.extra["patch_source"]) == ("submitted", "sandbox")
+    local_box = LocalSandbox.create(BUNDLED[n], tmp_path / "local")
+    try:
+        assert evaluate(dict(BUNDLED[n]), result.patch, local_box, 120).resolved == 1
+    finally:
+        local_box.close()
