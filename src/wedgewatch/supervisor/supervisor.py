@@ -1,9 +1,9 @@
 """The supervisor: a fresh server life, really ready, warmed up, watched, restarted when it wedges.
 
 One asyncio object, in the same loop as the proxy. Bringing a life up and tearing one down are
-serialised by a lock; detection (scrapes, canaries, crash checks) runs in background tasks that
-only ever *ask* for a restart of the life they watched, so a stale alarm cannot kill its
-successor.
+serialised by a lock; detection (scrapes, canaries, crash checks: ``watching.Watcher``) runs in
+background tasks that only ever *report* on the life they watched, and the handlers here decide,
+so a stale alarm cannot kill its successor.
 """
 
 from __future__ import annotations
@@ -40,14 +40,11 @@ from wedgewatch.supervisor.policy import RestartPolicy
 from wedgewatch.supervisor.process import UNKNOWN_EXIT, HookServer, log_tail
 from wedgewatch.supervisor.start import Starter
 from wedgewatch.supervisor.tasks import Background, call_in_loop
+from wedgewatch.supervisor.watching import Reports, Watcher
 
 log = logging.getLogger(__name__)
 
 _AUTO_PORT_RETRIES = 3
-
-
-# Polls, 50 ms apart, for a process whose canary failed to show up as dead before it is a wedge.
-DEATH_GRACE_POLLS = 10
 
 
 class Supervisor:
@@ -83,6 +80,15 @@ class Supervisor:
         self.starter = Starter(cfg, self.profile, self.rec, self.bus, clock, self._headers)
         self.feed = Feed(self.starter.window, self.starter.heartbeat)
         """Every scrape's reading and every wedge verdict, for the proxy (``Proxy(feed=...)``)."""
+        reports = Reports(
+            crash=self._crash_seen,
+            wedge=self._on_wedge,
+            recycle=lambda reason, life: self._restart(reason, life, counted=False),
+            spawn=self._bg.spawn,
+        )
+        self.watcher = Watcher(
+            cfg, self.starter, self.series, self.rec, clock, self._headers, self.feed, self.policy, reports
+        )
 
     # --- the Upstream protocol and what the runner reads ------------------------------------
 
@@ -236,7 +242,7 @@ class Supervisor:
         self.policy.life_ready()
         self.rec.ready(life)
         self.bus.publish(ServerReady(life_id=life.life_id, base_url=life.base_url))
-        life.watch_task = self._bg.spawn(self._watch(life))
+        life.watch_task = self._bg.spawn(self.watcher.watch(life))
         self._notify()
 
     # --- ending a life and restarting ---------------------------------------------------------
@@ -296,43 +302,6 @@ class Supervisor:
 
     # --- watching ------------------------------------------------------------------------------
 
-    async def _watch(self, life: Life) -> None:
-        """Scrape every ``scrape_interval``; a crash, a wedge or a recycle asks for a restart."""
-        session = self.starter.session
-        assert session is not None
-        interval = self.cfg.scrape_interval
-        life.last_scrape_ok = self.clock()
-        nxt = self.clock()
-        while not life.ended:
-            code = life.proc.poll()
-            if code is not None:
-                self._crash_seen(life, code)
-                return
-            ok, evidence, err = await life.scrape(session, self.series, self.rec, self.clock, self._headers)
-            now = self.clock()
-            if ok and life.reading is not None:
-                self.feed.reading(life.reading, life.life_id)
-            elif not ok and evidence is None:
-                evidence = life.detector.unreachable(now)
-            if evidence is not None:
-                self._bg.spawn(self._on_wedge(life, evidence))
-                return
-            if ok:
-                recycle = self.policy.tokens(life.age_tokens())
-                if recycle and not life.recycling:
-                    life.recycling = True
-                    self._bg.spawn(self._restart(recycle, life, counted=False))
-            elif now - life.last_scrape_ok >= self.starter.window and life.probe_task is None:
-                # /metrics itself has not answered for a whole window: let a canary decide.
-                life.last_scrape_ok = now
-                life.probe_task = self._bg.spawn(
-                    self._probe(life, {"kind": "metrics_unreachable", "error": err})
-                )
-            nxt += interval
-            await self.clock.sleep(max(0.0, nxt - self.clock()))
-            if self.clock() - nxt > interval:
-                nxt = self.clock()  # we fell behind (a slow scrape): do not burst to catch up
-
     async def _on_wedge(self, life: Life, evidence: dict[str, Any]) -> None:
         if life.wedged or life.ended:
             return
@@ -376,36 +345,6 @@ class Supervisor:
                 self._failure = ServerDown(f"the server exited with code {code} and restart_on_crash is off")
                 self._notify()
 
-    async def _probe(self, life: Life, trigger: dict[str, Any]) -> None:
-        """A 1-token canary after a proxy stall; a failed one is a wedge."""
-        try:
-            if life.at_limit():
-                self.rec.event(
-                    "canary", {"skipped": "at concurrency limit", "trigger": trigger, **life.load()}, life
-                )
-                return
-            res = await self.starter.canary(life)
-            self.rec.event("canary", {**res.as_dict(), "trigger": trigger}, life)
-            if res.ok or life.ended:
-                return
-            # A killed server closes its sockets a few milliseconds before it can be reaped, so a
-            # refused canary may come from a process not yet seen dead: that is a crash, not a wedge.
-            for _ in range(DEATH_GRACE_POLLS):
-                code = life.proc.poll()
-                if code is not None:
-                    self._crash_seen(life, code)
-                    return
-                await asyncio.sleep(0.05)
-            evidence = {
-                "source": "canary",
-                "canary": res.as_dict(),
-                "trigger": trigger,
-                "samples": life.detector.evidence(),
-            }
-            await self._on_wedge(life, evidence)
-        finally:
-            life.probe_task = None
-
     # --- what others tell us ------------------------------------------------------------------
 
     def _on_proxy_event(self, ev: Event) -> None:
@@ -431,7 +370,7 @@ class Supervisor:
                 **{k: v for k, v in ev.detail.items() if isinstance(v, str | int | float)},
                 "event": ev.kind,
             }
-            life.probe_task = self._bg.spawn(self._probe(life, trigger))
+            life.probe_task = self._bg.spawn(self.watcher.probe(life, trigger))
 
     def _note_attempt(self, api_error: bool, life_id: str | None) -> None:
         life = self._life

@@ -1,0 +1,114 @@
+"""How one server life is watched, and nothing more: a scrape every ``scrape_interval`` (the
+readings through ``Life.scrape``, the verdict from ``watch.WedgeDetector``) and a one-token canary
+when the proxy reports a stall or ``/metrics`` stops answering. The watcher reports what it sees (a
+crash, a wedge, a planned recycle) to its supervisor, which alone decides what to do about it, so a
+stale alarm about an ended life can never kill its successor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from wedgewatch.clock import Clock
+from wedgewatch.config import ServerConfig
+from wedgewatch.heartbeat import Feed
+from wedgewatch.supervisor.life import Life, Recorder
+from wedgewatch.supervisor.policy import RestartPolicy
+from wedgewatch.supervisor.profiles import Series
+from wedgewatch.supervisor.start import Starter
+
+# Polls, 50 ms apart, for a process whose canary failed to show up as dead before it is a wedge.
+DEATH_GRACE_POLLS = 10
+
+
+@dataclass(frozen=True)
+class Reports:
+    """Where a watcher's findings go (the supervisor's handlers)."""
+
+    crash: Callable[[Life, int], None]
+    wedge: Callable[[Life, dict[str, Any]], Coroutine[Any, Any, None]]
+    recycle: Callable[[str, Life], Coroutine[Any, Any, None]]
+    spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
+
+
+@dataclass
+class Watcher:
+    cfg: ServerConfig
+    starter: Starter
+    series: Series
+    rec: Recorder
+    clock: Clock
+    headers: dict[str, str] | None
+    feed: Feed
+    policy: RestartPolicy
+    reports: Reports
+
+    async def watch(self, life: Life) -> None:
+        """Scrape every ``scrape_interval``; a crash, a wedge or a recycle asks for a restart."""
+        session = self.starter.session
+        assert session is not None
+        interval = self.cfg.scrape_interval
+        life.last_scrape_ok = self.clock()
+        nxt = self.clock()
+        while not life.ended:
+            code = life.proc.poll()
+            if code is not None:
+                self.reports.crash(life, code)
+                return
+            ok, evidence, err = await life.scrape(session, self.series, self.rec, self.clock, self.headers)
+            now = self.clock()
+            if ok and life.reading is not None:
+                self.feed.reading(life.reading, life.life_id)
+            elif not ok and evidence is None:
+                evidence = life.detector.unreachable(now)
+            if evidence is not None:
+                self.reports.spawn(self.reports.wedge(life, evidence))
+                return
+            if ok:
+                recycle = self.policy.tokens(life.age_tokens())
+                if recycle and not life.recycling:
+                    life.recycling = True
+                    self.reports.spawn(self.reports.recycle(recycle, life))
+            elif now - life.last_scrape_ok >= self.starter.window and life.probe_task is None:
+                # /metrics itself has not answered for a whole window: let a canary decide.
+                life.last_scrape_ok = now
+                life.probe_task = self.reports.spawn(
+                    self.probe(life, {"kind": "metrics_unreachable", "error": err})
+                )
+            nxt += interval
+            await self.clock.sleep(max(0.0, nxt - self.clock()))
+            if self.clock() - nxt > interval:
+                nxt = self.clock()  # we fell behind (a slow scrape): do not burst to catch up
+
+    async def probe(self, life: Life, trigger: dict[str, Any]) -> None:
+        """A 1-token canary after a proxy stall; a failed one is a wedge."""
+        try:
+            if life.at_limit():
+                self.rec.event(
+                    "canary", {"skipped": "at concurrency limit", "trigger": trigger, **life.load()}, life
+                )
+                return
+            res = await self.starter.canary(life)
+            self.rec.event("canary", {**res.as_dict(), "trigger": trigger}, life)
+            if res.ok or life.ended:
+                return
+            # A killed server closes its sockets a few milliseconds before it can be reaped, so a
+            # refused canary may come from a process not yet seen dead: that is a crash, not a wedge.
+            for _ in range(DEATH_GRACE_POLLS):
+                code = life.proc.poll()
+                if code is not None:
+                    self.reports.crash(life, code)
+                    return
+                await asyncio.sleep(0.05)
+            evidence = {
+                "source": "canary",
+                "canary": res.as_dict(),
+                "trigger": trigger,
+                "samples": life.detector.evidence(),
+            }
+            await self.reports.wedge(life, evidence)
+        finally:
+            life.probe_task = None
