@@ -3,6 +3,7 @@ from it, so the two can never disagree."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -12,6 +13,9 @@ from wedgewatch.protocols import LifeInfo
 from wedgewatch.proxy.records import request_row
 from wedgewatch.proxy.watch import Stall, Watch
 from wedgewatch.vocab import OK, is_infra_outcome
+
+# The exchange's logger: a request's line reads as the proxy's, as it always has.
+log = logging.getLogger("wedgewatch.proxy.exchange")
 
 
 class _Ids(TypedDict):
@@ -55,6 +59,19 @@ class Ending:
             http_status=self.http_status,
             usage=self.usage,
             detail=self.detail,
+        )
+
+    def log(self) -> None:
+        """One line per request: at debug when it went well, at info otherwise."""
+        log.log(
+            logging.DEBUG if self.outcome == OK else logging.INFO,
+            "request %s %s (attempt %s): %s, %d tokens in %.3f s",
+            self.request_id,
+            self.path,
+            self.attempt_id,
+            self.outcome,
+            self.watch.tokens,
+            self.duration,
         )
 
     def event(self) -> RequestEnded | None:

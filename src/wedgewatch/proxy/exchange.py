@@ -21,6 +21,7 @@ from aiohttp import web
 from wedgewatch.clock import Timer
 from wedgewatch.proxy.arrival import Arrival
 from wedgewatch.proxy.assemble import Assembler, Kind
+from wedgewatch.proxy.body import rewrite
 from wedgewatch.proxy.context import Context
 from wedgewatch.proxy.ending import Ending
 from wedgewatch.proxy.http import REQUEST_ID_HEADER, error_object, error_response, forward_headers
@@ -135,28 +136,18 @@ class Exchange:
                 self._resp.release()
 
     async def _run(self) -> web.StreamResponse:
-        raw = await self.request.read()
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
+        asked = rewrite(await self.request.read())
+        if asked is None:
             msg = "the request body is not a JSON object"
             await self._end(CLIENT_ERROR, 400, {"error": msg})
             return error_response(
                 400, error_object("invalid_request_error", "invalid_json", msg), self.request_id
             )
-        model = body.get("model")
-        self.model = model if isinstance(model, str) else None
-        self.client_stream = body.get("stream") is True
-        opts = body.get("stream_options")
-        opts = opts if isinstance(opts, dict) else {}
-        self.relay.want_usage = self.client_stream and opts.get("include_usage") is True
-        body["stream"] = True
-        body["stream_options"] = {**opts, "include_usage": True}
-        payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        self.model, self.client_stream = asked.model, asked.client_stream
+        self.relay.want_usage = asked.want_usage
+        payload = asked.payload
         if self.ctx.cfg.fingerprints:
-            self.arrival.hash_body(body)
+            self.arrival.hash_body(asked.body)
         if self.arrival.unavailable is not None:
             return await self._fail(CONNECTION, 502, "upstream_error", self.arrival.unavailable)
         self._arm(self.watch.deadline()[0])
@@ -392,14 +383,5 @@ class Exchange:
         event = end.event()
         if event is not None:
             self.ctx.bus.publish(event)
-        log.log(
-            logging.DEBUG if outcome == OK else logging.INFO,
-            "request %s %s (attempt %s): %s, %d tokens in %.3f s",
-            self.request_id,
-            self.path,
-            self.attempt_id,
-            outcome,
-            watch.tokens,
-            duration,
-        )
+        end.log()
         return self.ctx.sink.submit(end.row())
