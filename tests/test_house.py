@@ -61,3 +61,13 @@ def test_a_broken_contract_fails_the_check(tmp_path: Path, file: str, line: str,
     assert res.returncode != 0
     broken = [ln for ln in res.stdout.splitlines() if ln.endswith("BROKEN")]
     assert any(ln.startswith(contract) for ln in broken), res.stdout[-3000:]
+
+
+def test_no_module_is_over_400_lines_outside_bundled_data() -> None:
+    src = ROOT / "src" / "wedgewatch"
+    big = {
+        str(p.relative_to(src)): n
+        for p in src.rglob("*.py")
+        if "suites/authoring" not in p.as_posix() and (n := len(p.read_text().splitlines())) > 400
+    }
+    assert big == {}
