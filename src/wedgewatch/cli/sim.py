@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -124,6 +125,10 @@ def sim(
             "many requests (counts toward the wedge hazard's age)."
         ),
     ] = 0,
+    fault_log: Annotated[
+        Path | None,
+        typer.Option(help="Append one JSON line per request a fault or the wedge struck (the ground truth)."),
+    ] = None,
 ) -> None:
     """An OpenAI-compatible server shaped like vLLM that stalls, trickles, crashes and wedges on
     purpose, by a scripted or stochastic fault model (docs/simulator.md). Unknown vLLM flags are
@@ -165,6 +170,7 @@ def sim(
         policy=policy,
         max_model_len=max_model_len,
         preload_age=preload_age,
+        fault_log=str(fault_log) if fault_log is not None else None,
     )
     code = serve(opts, on_listening)
     if code:

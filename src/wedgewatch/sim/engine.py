@@ -6,7 +6,9 @@ The hot path touches plain ints here; /metrics reads them at scrape time (see ``
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
@@ -89,6 +91,7 @@ class SimOptions:
     policy: str = "filler"
     max_model_len: int = 32768
     preload_age: int = 0
+    fault_log: str | None = None  # JSONL: one line per request a fault or the wedge struck
 
 
 class Histogram:
@@ -206,6 +209,25 @@ class Engine:
             self.wedged_at = time.time()
             self.wedge_cause = cause
             log.warning("engine wedged (%s) at age %d requests", cause, self.age_requests)
+
+    def record_fault(self, action: str, messages: list[dict[str, Any]], tokens: int) -> None:
+        """The simulator's own record of each request it struck (``--fault-log``): the ground
+        truth a test holds wedgewatch's attribution against. It holds the prompts' text: it is a
+        test server's log, not wedgewatch's ledger, which never stores text."""
+        if self.opts.fault_log is None:
+            return
+        users = [m.get("content") for m in messages if m.get("role") == "user"]
+        texts = [u if isinstance(u, str) else json.dumps(u) for u in users]
+        line = {
+            "ts": time.time(),
+            "pid": os.getpid(),
+            "action": action,
+            "tokens": tokens,
+            "first_user": texts[0][:8000] if texts else "",
+            "last_user": texts[-1][:2000] if texts else "",
+        }
+        with open(self.opts.fault_log, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
 
     def metrics_view(self) -> Counters:
         if self.frozen is not None:

@@ -62,6 +62,8 @@ class Generation:
         self.ticket: Ticket | None = None
         self.sent = 0  # tokens emitted so far
         self.outcome = "aborted"
+        self.tokens = 0  # sent so far
+        self.struck = False  # recorded in the fault log
 
     def resume_need(self) -> int:
         return self.req.prompt_tokens + self.sent
@@ -116,6 +118,7 @@ class Generation:
                 stop_at, action = min(f.after_tokens, max(n - 1, 0)), f.action
             elif f.action == "trickle":
                 rate = f.rate * e.scale
+                self._note("trickle")
         if wedge_at is not None and wedge_at < stop_at:
             stop_at, action = wedge_at, "stochastic_wedge"
         await self._emit(stop_at, rate)
@@ -206,7 +209,13 @@ class Generation:
             await asyncio.sleep(next_ping - now)
             await self._write(PING)
 
+    def _note(self, action: str) -> None:
+        if not self.struck:
+            self.struck = True
+            self.e.record_fault(action, self.req.messages, self.tokens)
+
     async def _stall(self) -> None:
+        self._note("wedged")  # a request the wedged server holds (the striking one noted first)
         await self._sleep_until(math.inf)
 
     async def _emit(self, stop: int, rate: float) -> None:
@@ -243,6 +252,7 @@ class Generation:
                 m.itl.observe((now - t_prev) / k, k)
             t_prev = now
             i += k
+            self.tokens = i
             t_next += k * interval
 
     async def _flush(self) -> None:
@@ -263,6 +273,7 @@ class Generation:
     async def _strike(self, action: str) -> None:
         """Apply a fault at its boundary; never returns (the request ends by cancellation)."""
         fault = self.fault
+        self._note(action)
         if action == "wedge" or action == "stochastic_wedge":
             self.e.wedge("scripted" if action == "wedge" else "stochastic")
         elif action == "drop":

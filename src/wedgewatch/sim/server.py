@@ -119,6 +119,7 @@ async def _generate(request: web.Request, kind: Literal["chat", "completion"]) -
         st.faults[fault.action] = st.faults.get(fault.action, 0) + 1
         if fault.action == "http_error":
             st.http_errors += 1
+            e.record_fault("http_error", req.messages, 0)
             return error_response(fault.status, f"simulated fault: HTTP {fault.status}")
     limit = req.max_tokens or max(e.opts.max_model_len - req.prompt_tokens, 1)
     answer = e.policy.reply(
