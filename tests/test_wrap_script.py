@@ -88,21 +88,10 @@ ledger = "{tmp_path / "ledger.sqlite"}"
         truth.update(iid for iid, text in statements.items() if text in first)
     assert truth["wedgewatch__shopkit-0001"] == 1 and sum(truth.values()) >= 1
 
-    audit = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "wedgewatch",
-            "audit",
-            str(results),
-            "--ledger",
-            str(tmp_path / "ledger.sqlite"),
-        ]
-        + ["--suite", str(suite), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    ledger = str(tmp_path / "ledger.sqlite")
+    argv = [sys.executable, "-m", "wedgewatch", "audit", str(results), "--ledger", ledger]
+    argv += ["--suite", str(suite), "--json"]
+    audit = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert audit.returncode == 0, audit.stderr
     result = json.loads(audit.stdout)
     (run,) = result["runs"]
