@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/wedgewatch bench proxy
 	$(BIN)/wedgewatch bench runner
 	$(BIN)/wedgewatch bench llamacpp
+	$(BIN)/wedgewatch bench detection
 
 # Regenerates the one lock from pyproject.toml, every extra included (needs network to PyPI).
 lock: $(STAMP)

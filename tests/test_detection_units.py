@@ -154,3 +154,16 @@ def test_standalone_scraper_reads_any_server_and_stops_once_per_still_stretch() 
     assert s.observe(None, 9.5) is not None  # /metrics silent: the stretch goes on
     assert s.observe(None, 12.0) is None and len(stops) == 1
     assert s.observe(r(13.0, 3.0, 0.2), 13.0) is None  # moving again
+
+
+def test_bench_percentiles_and_the_longest_still_stretch() -> None:
+    from wedgewatch.bench.detection import Watcher, percentiles
+
+    assert percentiles([]) == {"n": 0}
+    got = percentiles([float(i) for i in range(1, 101)])
+    assert got == {"n": 100, "p50": 50.0, "p99": 99.0, "max": 100.0}
+    w = Watcher()
+    beats = [0.0, 0.1, 0.1, 0.1, 0.1, 0.2, 0.3]  # still from t=1 to t=4 with work running
+    w.readings = [(float(t), r(float(t), 1.0, b), "life") for t, b in enumerate(beats)]
+    assert w.max_still() == 3.0
+    assert w.last_beat(before=6.0, after=0.0) == 6.0 and w.last_beat(before=4.5, after=0.0) == 1.0

@@ -306,7 +306,7 @@ async def test_heartbeat_moves_during_a_long_prompt_and_a_sigstop_is_a_wedge_wit
     await sup.start()
     life = sup._life
     assert life is not None and sup.starter.heartbeat
-    prompt = " ".join(f"item{i}" for i in range(700))  # about 2,800 tokens: 11 batches of 256
+    prompt = " ".join(f"item{i}" for i in range(700))  # about 2,800 tokens: many batches of 64
     body = {"model": "gemma3-270m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 8}
     body["stream"] = True
     stopped_at = 0.0

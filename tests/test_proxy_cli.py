@@ -62,6 +62,34 @@ def test_the_cli_proxy_watches_records_jsonl_and_never_logs_the_key(
     assert KEY not in log and KEY not in records.read_text()
 
 
+def test_standalone_proxy_with_metrics_url_ends_requests_when_the_engine_stops(
+    start_sim: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """`--metrics-url`: the proxy scrapes the heartbeat itself; a wedged engine (everything frozen,
+    /health still 200) ends the request in flight within --heartbeat-window plus two scrapes."""
+    sim = start_sim("--scenario", "wedge-all", "--time-scale", "5")
+    argv = [sys.executable, "-m", "wedgewatch", "proxy", "--upstream", sim.url, "--port", "0"]
+    argv += ["--metrics-url", sim.url + "/metrics", "--scrape-interval", "0.2", "--heartbeat-window", "1.6"]
+    proxy = launch(argv, tmp_path / "proxy.log")
+    try:
+        status = json.loads(urllib.request.urlopen(proxy.url + "/wedgewatch/status", timeout=5).read())
+        assert status["deadlines"] == "engine"
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+        last = time.monotonic()
+        with pytest.raises(openai.APIError) as info:
+            for chunk in client.chat.completions.create(
+                model="sim-model", messages=[{"role": "user", "content": "WEDGE"}], max_tokens=50, stream=True
+            ):
+                if chunk.choices and chunk.choices[0].delta.content:
+                    last = time.monotonic()
+        took = time.monotonic() - last
+        assert info.value.body["code"] == "stall_midstream"  # type: ignore[index]
+        assert "engine stopped" in info.value.body["message"]  # type: ignore[index]
+        assert 1.6 - 0.4 <= took <= 1.6 + 2 * 0.2 + 1.0
+    finally:
+        proxy.stop()
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
@@ -71,6 +99,9 @@ def test_the_cli_proxy_watches_records_jsonl_and_never_logs_the_key(
         (["--upstream", "127.0.0.1:8000"], "--upstream"),
         (["--upstream", "http://127.0.0.1:9", "--port", "99999"], "--port"),
         (["--ttft-timeout", "5"], "--upstream"),
+        (["--upstream", "http://127.0.0.1:9", "--metrics-url", "127.0.0.1:9/metrics"], "--metrics-url"),
+        (["--upstream", "http://127.0.0.1:9", "--heartbeat-window", "0"], "--heartbeat-window"),
+        (["--upstream", "http://127.0.0.1:9", "--engine-stall-timeout", "0"], "--engine-stall-timeout"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line_naming_the_flag(flags: list[str], named: str) -> None:

@@ -155,7 +155,7 @@ class ServerConfig(_Section):
     heartbeat_window: float = Field(8.0, gt=0)
     """Heartbeat rule: seconds in which nothing moved, with work present, that make a wedge. The
     heartbeat moves on every engine step, prefill chunks included (milliseconds to a second on
-    vLLM, 2-4 s per 256-token batch on llama.cpp on a small CPU); with a 1 s scrape a wedge is
+    vLLM; one llama.cpp batch, which the bundled launcher keeps small on a CPU); with a 1 s scrape a wedge is
     found within 10 s of the engine's last step."""
     heartbeat_series: list[str] = Field(default_factory=list)
     """Metric names of the heartbeat series (overrides the profile's; for `command`/`external`)."""

@@ -43,10 +43,11 @@ DEFAULT_CTX_SIZE = 8192
 turns of a coding agent, about 150 MB for the bundled model."""
 DEFAULT_PARALLEL = 4
 """Slots: the story's four requests at a time."""
-DEFAULT_BATCH = 256
+DEFAULT_BATCH = 64
 """Prompt tokens per llama_decode call (llama.cpp's default is 2,048). Each call is one beat of
-``llamacpp:n_decode_total``, the heartbeat the supervisor watches: on this CPU a 2,048-token batch
-took 15-20 s (longer than the heartbeat window), a 256-token one 2-4 s (docs/supervisor.md)."""
+``llamacpp:n_decode_total``, the heartbeat the supervisor watches, so a batch must take well under
+the 8 s heartbeat window: on this shared 2-vCPU machine a 2,048-token batch took 14-20 s, a
+256-token one about 3 s at a load average of 5 but 9 s at one above 17 (docs/supervisor.md)."""
 DEFAULT_THREADS = 2
 """Plenty for a 270M model; on a bigger machine raise it for a bigger model."""
 DEFAULT_POLL = 0
