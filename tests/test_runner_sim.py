@@ -29,6 +29,7 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.runner import main as runner_main
 from wedgewatch.runner.context import RunContext
 from wedgewatch.suites import load_bundled
+from wedgewatch.testing import eventually
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -216,14 +217,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_outcomes_and_keeps_every_ro
     rng = random.Random()
     delay = rng.uniform(0.0, 0.5) if when == "first_attempt" else rng.uniform(1.0, 4.0)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            if ledger_path.exists():
-                with Ledger(ledger_path) as lg:
-                    if lg.query("SELECT COUNT(*) FROM attempts")[0][0] >= 1:
-                        break
-            time.sleep(0.05)
-        time.sleep(delay)
+        eventually(lambda: proc.poll() is not None or _attempts(ledger_path) >= 1, 60, what="an attempt")
+        time.sleep(delay)  # the kill lands at a random moment of the run: that is the test
         assert proc.poll() is None, "the run ended before the kill; the test needs a longer suite"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
@@ -272,13 +267,7 @@ def test_ctrl_c_marks_attempts_interrupted_and_stops_the_server(tmp_path: Path, 
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if ledger_path.exists():
-                with Ledger(ledger_path) as lg:
-                    if lg.query("SELECT COUNT(*) FROM attempts")[0][0] >= 1:
-                        break
-            time.sleep(0.05)
+        eventually(lambda: _attempts(ledger_path) >= 1, 60, what="an attempt")
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -307,6 +296,13 @@ def test_ctrl_c_marks_attempts_interrupted_and_stops_the_server(tmp_path: Path, 
     assert again.returncode == 0 and json.loads(again.stdout)["state"] == "finished"
     with Ledger(ledger_path) as lg:
         assert lg.query("SELECT COUNT(*) FROM server_lives")[0][0] == n_lives  # no server started
+
+
+def _attempts(ledger_path: Path) -> int:
+    if not ledger_path.exists():
+        return 0
+    with Ledger(ledger_path) as lg:
+        return int(lg.query("SELECT COUNT(*) FROM attempts")[0][0])
 
 
 def _processes_with(marker: str) -> list[int]:
@@ -348,21 +344,15 @@ time_scale = 20.0
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while len(_processes_with(marker)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
         # Each attempt: its bash and the grandchild it left in the background (a forking bash may
         # briefly show twice).
-        assert len(_processes_with(marker)) >= 4, "both agent commands should be running"
+        eventually(lambda: len(_processes_with(marker)) >= 4, 60, what="both agent commands running")
         # No pause needed: a command's group is listed before the command can run (groups.spawn).
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         # The runner is gone; so must be the commands it started (they would sleep 300 s more).
-        deadline = time.monotonic() + 5
-        while _processes_with(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _processes_with(marker) == []
+        eventually(lambda: _processes_with(marker) == [], 5, what="no agent command left running")
     finally:
         if proc.poll() is None:  # a failed check: let the runner stop its server, then insist
             proc.terminate()
