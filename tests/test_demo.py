@@ -1,74 +1,206 @@
-"""`wedgewatch demo` end to end: the naive arm scores hangs as model failures, the guarded arm
-catches them, restarts the server and reports infrastructure failures apart.
+"""``wedgewatch demo`` end to end, on the real simulator, proxy, supervisor, runner and sandboxes.
 
-A scripted wedge (every server life wedges on its 12th generation request) makes both arms meet
-the same fault deterministically, whatever order the four agents' requests arrive in."""
+The default demo (two arms, seed 1, the ``story`` scenario) is run once as a user would run it;
+scripted variants pin what a stochastic wedge cannot: the story's fix paying three 240 s attempts
+for an instance that always hangs, and a guarded arm whose proxy is out of the way letting a hang
+into the score. Counts are asserted as behaviours (at least one stall, a restart, ...), not exact
+values, so that other deadline defaults do not break them."""
 
 from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-SCENARIO = """
-name = "demo-test"
-[server]
-tokens_per_s = 50.0
+import pytest
+
+from wedgewatch.demo.cells import KEYS
+from wedgewatch.suites import load_bundled
+
+FIRST = load_bundled()[0]
+STALL_FIRST = f"""
+name = "stall-first"
 [policy]
 skill = 0.6
 [[fault]]
-when.nth = 12
-action = "wedge"
-after_tokens = 1
+when.contains = "{str(FIRST["problem_statement"]).splitlines()[0]}"
+action = "stall_ttft"
 """
 
 
-def test_demo_naive_scores_hangs_as_model_failures_and_guarded_does_not(tmp_path: Path) -> None:
-    scenario = tmp_path / "demo-test.toml"
-    scenario.write_text(SCENARIO)
-    out = tmp_path / "demo"
+def demo(out: Path, *args: str, timeout: float = 280) -> dict[str, Any]:
     r = subprocess.run(
-        [
-            sys.executable, "-m", "wedgewatch", "demo", "--out", str(out), "--instances", "4",
-            "--time-scale", "400", "--scenario", str(scenario), "--json",
-        ],
-        capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
+        [sys.executable, "-m", "wedgewatch", "demo", "--out", str(out), "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    figures = {f["arm"]: f for f in json.loads(r.stdout)}
-    naive, guarded = figures["naive"], figures["guarded"]
+    doc: dict[str, Any] = json.loads(r.stdout)
+    return doc
 
-    # The naive harness has one column: everything not resolved is the model's failure, hangs too.
-    assert naive["hangs_scored_as_model_failures"] >= 1
-    assert naive["scored_as_model_failures"] == naive["instances"] - naive["resolved"]
-    assert naive["restarts"] == 0 and naive["stalls"] == 0  # no proxy, no supervision
-    # A hung naive attempt waited out three client timeouts (1.5 s each at 400x).
-    assert naive["longest_hang_seconds"] >= 3 * 600 / 400
 
-    # The guarded arm caught the wedge, restarted, and never scored a hang against the model.
-    assert guarded["hangs_scored_as_model_failures"] == 0
-    assert guarded["stalls"] >= 1
-    assert guarded["restarts"] >= 1
-    assert guarded["scored_as_model_failures"] == guarded["unresolved"] + guarded["early_stop"]
-    assert guarded["resolved"] >= naive["resolved"]
+def arms(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {a["arm"]: a["runs"][0] for a in doc["arms"]}
 
-    # Both runs are in one ledger, with a results file per arm.
-    assert (out / "ledger.sqlite").exists()
-    for arm in ("naive", "guarded"):
-        lines = (out / f"results-{arm}.jsonl").read_text().splitlines()
-        assert len(lines) == 4
-        assert {"instance_id", "outcome", "api_error", "early_stop", "attempts"} <= json.loads(
-            lines[0]
-        ).keys()
+
+@pytest.fixture(scope="module")
+def default_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("default") / "demo"
+    return out, demo(out, timeout=590)
+
+
+@pytest.mark.timeout(600)
+def test_the_default_demo_shows_every_defence_against_the_same_wedge(
+    default_demo: tuple[Path, dict[str, Any]],
+) -> None:
+    out, doc = default_demo
+    assert [a["arm"] for a in doc["arms"]] == ["naive", "guarded"]
+    assert doc["scenario"] == "story" and doc["seeds"] == [1]
+    got = arms(doc)
+    naive, guarded = got["naive"], got["guarded"]
+    for run in got.values():
+        assert set(KEYS) <= run.keys()
+        assert run["true_resolved"] == naive["true_resolved"] > 0  # one model, one truth
+
+    # The guarded arm met the wedge, caught it, restarted the server and retried the casualties...
+    assert guarded["stalls"] >= 1 and guarded["restarts"] >= 1 and guarded["retried_attempts"] >= 1
+    assert guarded["infra_failed"] == 0 and guarded["of_which_hangs"] == 0
+    # ...so its published score is the model's true skill on every instance it finished.
+    assert guarded["published_resolved"] == guarded["true_resolved_on_published"]
+
+    # The naive arm hung, each hang three SDK timeouts long (600 s each in server time), and
+    # scored the hangs as the model's failures: its score is below the model's skill.
+    assert naive["of_which_hangs"] >= 1 and naive["hidden_by_hangs"] >= 1
+    assert naive["published_resolved"] < naive["true_resolved"]
+    assert naive["published_of"] == naive["instances"]
+    assert 3 * 600 <= naive["hang_server_seconds_each"] < 3 * 600 + 60
+    assert naive["restarts"] == 0 and naive["retried_attempts"] == 0
+
+    with sqlite3.connect(out / "ledger.sqlite") as db:
+        # The naive count is the ledger's: instances whose only attempt ended api_error.
+        (n,) = db.execute(
+            "SELECT COUNT(*) FROM instance_outcomes WHERE run_id = ? AND n_api_error > 0",
+            (naive["run_id"],),
+        ).fetchone()
+        # Every arm's requests are recorded (the naive arm's by a proxy with no deadlines).
+        per_arm = dict(
+            db.execute(
+                "SELECT a.run_id, COUNT(*) FROM requests q JOIN attempts a ON a.attempt_id = q.attempt_id "
+                "GROUP BY a.run_id"
+            ).fetchall()
+        )
+    assert n == naive["of_which_hangs"]
+    assert per_arm[naive["run_id"]] > 0 and per_arm[guarded["run_id"]] > 0
 
     # One HTML page with both arms side by side, self-contained.
     html = (out / "report.html").read_text()
-    assert naive["run_id"] in html and guarded["run_id"] in html
-    assert html.index(">naive ") < html.index(">guarded ")
-    assert "<img" in html and "data:image/png;base64," in html
+    assert html.index(naive["run_id"]) < html.index(guarded["run_id"])
+    assert "data:image/png;base64," in html
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+
+
+def test_the_default_demo_table_is_printed_from_the_same_cells(
+    default_demo: tuple[Path, dict[str, Any]],
+) -> None:
+    from wedgewatch.demo.table import table_rows
+
+    _, doc = default_demo
+    rows = {r[0].strip(): r[1:] for r in table_rows(doc["arms"])}
+    naive, guarded = arms(doc)["naive"], arms(doc)["guarded"]
+    assert rows["published score"] == (
+        f"{naive['published_resolved']} / {naive['published_of']}",
+        f"{guarded['published_resolved']} / {guarded['published_of']}",
+    )
+    assert rows["of which were hangs"] == (str(naive["of_which_hangs"]), "0")
+    assert rows["hangs at real speed (server s)"][0].startswith(f"{naive['hung_attempts']} x 1,8")
+
+
+@pytest.mark.timeout(200)
+def test_an_instance_that_always_hangs_costs_the_story_fix_three_240_s_attempts(tmp_path: Path) -> None:
+    scenario = tmp_path / "stall-first.toml"
+    scenario.write_text(STALL_FIRST)
+    out = tmp_path / "demo"
+    doc = demo(out, "--arms", "story-fix", "--instances", "1", "--scenario", str(scenario))
+    run = arms(doc)["story-fix"]
+    assert run["infra_failed"] == 1 and run["of_which_hangs"] == 1  # scored against the model
+    assert run["hung_attempts"] == 3 and run["restarts"] == 1  # restarted after two API errors
+    with sqlite3.connect(out / "ledger.sqlite") as db:
+        waits = [
+            w * doc["time_scale"]
+            for (w,) in db.execute(
+                "SELECT SUM(q.duration) FROM requests q JOIN attempts a ON a.attempt_id = q.attempt_id "
+                "WHERE a.run_id = ? GROUP BY a.attempt_id ORDER BY a.attempt_no",
+                (run["run_id"],),
+            )
+        ]
+    assert len(waits) == 3 and all(235 <= w < 265 for w in waits), waits
+    assert 715 <= run["hang_server_seconds"] < 790  # the story's 721-727 s
+
+
+# An agent that swallows API errors and "submits" anyway, as many harnesses' agents do. Its own
+# client gives up after 3 s: after the proxy's scaled 1 s deadline, before the supervisor's
+# 10 s wedge window.
+FORGIVING = """
+import os, sys, openai
+try:
+    openai.OpenAI(base_url=sys.argv[1], api_key=os.environ["OPENAI_API_KEY"], timeout=3.0,
+                  max_retries=0).chat.completions.create(
+        model=sys.argv[2], max_tokens=5,
+        messages=[{"role": "user", "content": open(sys.argv[3]).read()}])
+except Exception as exc:
+    print("swallowed", type(exc).__name__)
+"""
+
+
+@pytest.mark.timeout(200)
+def test_with_the_proxy_out_of_the_way_a_hang_reaches_the_guarded_score(tmp_path: Path) -> None:
+    scenario = tmp_path / "stall-first.toml"
+    scenario.write_text(STALL_FIRST)
+    agent = tmp_path / "forgiving.py"
+    agent.write_text(FORGIVING)
+    common = [
+        "--arms", "guarded", "--instances", "1", "--scenario", str(scenario),
+        "--set", "guarded:agent.name=command",
+        "--set", f'guarded:agent.command=["{sys.executable}", "{agent}", "{{base_url}}", "{{model}}", "{{problem_file}}"]',
+        "--set", "guarded:server.wedge_window=2000",
+        "--set", "guarded:run.evaluate=false",
+    ]  # fmt: skip
+    with_proxy = arms(demo(tmp_path / "on", *common))["guarded"]
+    # The proxy ended the hang and its record made the attempt api_error, whatever the agent said:
+    # retried, then infra_failed, reported apart.
+    assert with_proxy["stalls"] >= 1 and with_proxy["infra_failed"] == 1
+    assert with_proxy["of_which_hangs"] == 0 and with_proxy["scored_as_model_failures"] == 0
+
+    # The same harness with the proxy's deadlines out of reach (it only records): the agent's
+    # swallowed timeout is a submission, and the hang is scored as the model's failure.
+    recorder = [f"guarded:watchdog.{k}=1e6" for k in ("ttft_timeout", "stall_timeout", "total_timeout")]
+    without = arms(demo(tmp_path / "off", *common, *(a for r in recorder for a in ("--set", r))))["guarded"]
+    assert without["stalls"] == 0
+    assert without["of_which_hangs"] == 1 and without["scored_as_model_failures"] == 1
+    assert without["published_resolved"] == 0 and without["hidden_by_hangs"] == int(
+        without["true_resolved"] == 1
+    )
+
+
+def test_bad_demo_input_is_one_line(tmp_path: Path) -> None:
+    for args, flag in (
+        (["--arms", "naive,clever"], "--arms"),
+        (["--set", "guarded=watchdog"], "--set"),
+        (["--scenario", "no-such-scenario"], "no-such-scenario"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "wedgewatch", "demo", "--out", str(tmp_path / "d"), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and flag in lines[0], r.stderr
 
 
 def test_demo_never_removes_a_directory_it_did_not_make(tmp_path: Path) -> None:

@@ -29,8 +29,9 @@ class WatchdogConfig(_Section):
 
     enabled: bool = True
     """Put the watchdog proxy between the agents and the server. False sends agents straight to
-    the server, unwatched and unrecorded: only the demo's naive arm, which replays the story's
-    harness, wants that."""
+    the server, unwatched and unrecorded. (To replay a harness without a watchdog but keep its
+    requests in the ledger, as the demo's naive arms do, leave it on with every deadline out of
+    reach.)"""
     ttft_timeout: float = Field(60.0, gt=0)
     """Seconds to the first token before `stall_ttft`. Covers a long prefill plus queueing behind
     busy slots; vLLM liveness proposals use 60 s."""
