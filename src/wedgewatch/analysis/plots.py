@@ -103,6 +103,18 @@ def _markers(ax: Any, rd: RunData) -> None:
             vline(ev["t"], ev["kind"], color=_end_color(ev["kind"]), ls="-", lw=1.5)
 
 
+def _stalls(ax: Any, rd: RunData, rows: Sequence[int]) -> None:
+    """A cross on its attempt's row where the proxy ended each stalled request."""
+    row_of = {a["attempt_id"]: rows[i] for i, a in enumerate(rd.attempts)}
+    cut = [(q["t"] + q["duration"], row_of[q["attempt_id"]]) for q in rd.requests
+           if q["outcome"] in STALL_KINDS and q["attempt_id"] in row_of]  # fmt: skip
+    if cut:
+        ax.scatter(
+            [t for t, _ in cut], [r for _, r in cut], marker="x", s=28, color="#000000",
+            linewidths=1.2, zorder=3, label=f"stall cut by the proxy ({len(cut)})",
+        )  # fmt: skip
+
+
 def timeline(rd: RunData) -> str | None:
     """One row per instance (or per slot, for big runs), each attempt a bar coloured by status."""
     if not rd.attempts:
@@ -133,6 +145,7 @@ def timeline(rd: RunData) -> str | None:
                 label=f"{status} ({len(idx)})",
             )
     _markers(ax, rd)
+    _stalls(ax, rd, rows)
     ax.set_ylim(n_rows - 0.5, -0.5)
     if by_instance and n_rows <= MAX_LABELS:
         ax.set_yticks(range(n_rows), [_text(o["instance_id"]) for o in rd.outcomes], fontsize=7)

@@ -50,7 +50,7 @@ def demo_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from wedgewatch.demo import REPORT, DemoOptions, check_out_dir, run_demo
+    from wedgewatch.demo import REPORT, DemoOptions, check_out_dir, run_demo, scenario_skill
     from wedgewatch.demo.arms import parse_arms, parse_set
     from wedgewatch.demo.table import footnote, table_rows
 
@@ -69,6 +69,7 @@ def demo_cmd(
         overrides=parse_set(set_ or []),
     )
     check_out_dir(out)  # before anything is printed: a refusal is one line
+    scenario_skill(scenario)
     console = Console(stderr=True)
     if not json_out:
         console.print(

@@ -54,6 +54,7 @@ class Life:
     wedged: bool = False
     crashed: bool = False
     recycling: bool = False
+    restart_due: bool = False  # a restart was decided: hand the life out no more
     generated: float | None = None  # the server's generated-tokens counter, last scrape
     reading: Reading | None = None
     last_scrape_ok: float = 0.0

@@ -131,7 +131,7 @@ class Supervisor:
             if self._stopping:
                 raise ServerDown("the supervisor is stopped")
             life = self._life
-            if life is not None and life.ready:
+            if life is not None and life.ready and not life.restart_due:
                 code = life.proc.poll()
                 if code is None:
                     return
@@ -280,6 +280,8 @@ class Supervisor:
                 self.rec.event(
                     "restart_skipped", {"reason": reason, "why": "external server, no restart_hook"}, life
                 )
+                life.restart_due = False
+                self._notify()
                 return
             detail = {"reason": reason, "life_id": life.life_id}
             self.rec.event("restart", detail, life)
@@ -379,6 +381,9 @@ class Supervisor:
         reason = self.policy.attempt(api_error)
         if reason:
             self.rec.event(reason, {"consecutive": self.cfg.restart_after_api_errors}, life)
+            # The runner's next attempt asks for a life right after this one ended: it must wait
+            # for the new life, not start on this one and die in the restart a moment later.
+            life.restart_due = True
             self._bg.spawn(self._restart(reason, life))
 
     def _note_instance(self) -> None:
