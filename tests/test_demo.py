@@ -120,7 +120,7 @@ def test_the_default_demo_table_is_printed_from_the_same_cells(
     assert rows["hangs at real speed (server s)"][0].startswith(f"{naive['hung_attempts']} x 1,8")
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(300)
 def test_an_instance_that_always_hangs_costs_the_story_fix_three_240_s_attempts(tmp_path: Path) -> None:
     scenario = tmp_path / "stall-first.toml"
     scenario.write_text(STALL_FIRST)
@@ -138,8 +138,8 @@ def test_an_instance_that_always_hangs_costs_the_story_fix_three_240_s_attempts(
                 (run["run_id"],),
             )
         ]
-    assert len(waits) == 3 and all(235 <= w < 265 for w in waits), waits
-    assert 715 <= run["hang_server_seconds"] < 790  # the story's 721-727 s
+    assert len(waits) == 3 and all(216 <= w < 264 for w in waits), waits  # 240 s, +-10% of load
+    assert 3 * 216 <= run["hang_server_seconds"] < 3 * 264  # the story's 721-727 s
 
 
 # An agent that swallows API errors and "submits" anyway, as many harnesses' agents do. Its own
@@ -157,7 +157,7 @@ except Exception as exc:
 """
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(400)
 def test_with_the_proxy_out_of_the_way_a_hang_reaches_the_guarded_score(tmp_path: Path) -> None:
     scenario = tmp_path / "stall-first.toml"
     scenario.write_text(STALL_FIRST)
@@ -169,10 +169,11 @@ def test_with_the_proxy_out_of_the_way_a_hang_reaches_the_guarded_score(tmp_path
         "--set", f'guarded:agent.command=["{sys.executable}", "{agent}", "{{base_url}}", "{{model}}", "{{problem_file}}"]',
         "--set", "guarded:server.wedge_window=2000",
         "--set", "guarded:run.evaluate=false",
+        "--set", "guarded:run.attempts=1",  # one is enough to see it, and keeps the test short
     ]  # fmt: skip
     with_proxy = arms(demo(tmp_path / "on", *common))["guarded"]
     # The proxy ended the hang and its record made the attempt api_error, whatever the agent said:
-    # retried, then infra_failed, reported apart.
+    # infra_failed, reported apart (with more attempts it would be retried).
     assert with_proxy["stalls"] >= 1 and with_proxy["infra_failed"] == 1
     assert with_proxy["of_which_hangs"] == 0 and with_proxy["scored_as_model_failures"] == 0
 
