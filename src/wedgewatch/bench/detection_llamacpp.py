@@ -48,6 +48,7 @@ async def _llama_chat(session: aiohttp.ClientSession, url: str, text: str, max_t
 
 
 async def run(log_dir: Path, threads: int, trials: int) -> dict[str, Any]:
+    load = os.getloadavg()[0]
     stack = make_stack(log_dir, threads)
     w = Watcher()
     w.attach(stack)
@@ -58,6 +59,7 @@ async def run(log_dir: Path, threads: int, trials: int) -> dict[str, Any]:
         k: {"verdict": [], "client_error": []} for k in ("prompt", "midstream")
     }
     missed = {"prompt": 0, "midstream": 0}
+    early = {"prompt": 0, "midstream": 0}  # a wedge verdict before the SIGSTOP: a false alarm
     try:
         async with aiohttp.ClientSession() as session:
             t0 = time.monotonic()
@@ -88,6 +90,10 @@ async def run(log_dir: Path, threads: int, trials: int) -> dict[str, Any]:
                         ):
                             break
                         await asyncio.sleep(0.05)
+                    if w.first(Wedged, t0) is not None:
+                        early[kind] += 1
+                        await req
+                        continue
                     os.kill(pid, signal.SIGSTOP)
                     stopped = time.monotonic()
                     reply = await req
@@ -117,5 +123,7 @@ async def run(log_dir: Path, threads: int, trials: int) -> dict[str, Any]:
             "verdict": percentiles(v["verdict"]),
             "client_error": percentiles(v["client_error"]),
             "missed": missed[kind],
+            "false_before_stop": early[kind],
         }
+    res["load_average"] = [round(load, 1), round(os.getloadavg()[0], 1)]
     return res

@@ -15,6 +15,23 @@ from wedgewatch.cli.bench import bench_app
 from wedgewatch.errors import BadInput
 
 
+def _print_sim(figures: dict[str, Any], scale: float) -> None:
+    h = figures["healthy"]
+    typer.echo(f"wedgewatch bench detection (simulator at {scale:g}x; seconds are the server's)")
+    typer.echo(f"load average before/after: {figures['load_average']}")
+    typer.echo("\n(a) healthy mixed workload")
+    for key, value in h.items():
+        typer.echo(f"  {key:<28} {value}")
+    typer.echo("\n(b) wedge kinds: p50 / p99 / max seconds from the last beat or token\n")
+    typer.echo("| kind | to the verdict | to the client's error | missed |")
+    typer.echo("|---|---|---|---|")
+    names = {"prefill": "engine stops during a prefill", "midstream": "engine stops mid-stream"}
+    names["stuck"] = "one request stuck, engine stepping"
+    for kind, label in names.items():
+        typer.echo(_row(label, figures["wedges"][kind]))
+    typer.echo(f"\n  restarts for the stuck requests: {figures['wedges']['stuck']['restarts']}")
+
+
 def _row(name: str, t: dict[str, Any]) -> str:
     def cell(p: dict[str, Any]) -> str:
         return "-" if not p.get("n") else f"{p['p50']} / {p['p99']} / {p['max']} (n {p['n']})"
@@ -33,6 +50,7 @@ def bench_detection(
         int, typer.Option("--llamacpp-trials", help="SIGSTOP trials of each kind on llama.cpp; 0: skip it.")
     ] = 3,
     threads: Annotated[int, typer.Option("--threads", help="CPU threads of the llama.cpp server.")] = 2,
+    sim: Annotated[bool, typer.Option("--sim/--no-sim", help="Run the simulator part.")] = True,
     json_out: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
     """(a) A healthy mixed workload (queueing at the cap, 60 s prefills, preemptions): false
@@ -43,7 +61,9 @@ def bench_detection(
     if scale <= 0 or requests < 1 or longs < 0 or clients < 1 or trials < 1 or llamacpp_trials < 0:
         raise BadInput("--time-scale/--requests/--long-prefills/--clients/--trials: need positive numbers")
     with tempfile.TemporaryDirectory(prefix="ww-bench-detection-") as tmp:
-        figures = asyncio.run(detection.run(Path(tmp), scale, requests, longs, clients, trials))
+        figures: dict[str, Any] = {}
+        if sim:
+            figures = asyncio.run(detection.run(Path(tmp), scale, requests, longs, clients, trials))
         if llamacpp_trials:
             from wedgewatch.bench import detection_llamacpp
 
@@ -53,19 +73,8 @@ def bench_detection(
     if json_out:
         typer.echo(json.dumps(figures, indent=2))
         return
-    h = figures["healthy"]
-    typer.echo(f"wedgewatch bench detection (simulator at {scale:g}x; seconds are the server's)")
-    typer.echo("\n(a) healthy mixed workload")
-    for key, value in h.items():
-        typer.echo(f"  {key:<28} {value}")
-    typer.echo("\n(b) wedge kinds: p50 / p99 / max seconds from the last beat or token\n")
-    typer.echo("| kind | to the verdict | to the client's error | missed |")
-    typer.echo("|---|---|---|---|")
-    names = {"prefill": "engine stops during a prefill", "midstream": "engine stops mid-stream"}
-    names["stuck"] = "one request stuck, engine stepping"
-    for kind, label in names.items():
-        typer.echo(_row(label, figures["wedges"][kind]))
-    typer.echo(f"\n  restarts for the stuck requests: {figures['wedges']['stuck']['restarts']}")
+    if sim:
+        _print_sim(figures, scale)
     if "llamacpp" in figures:
         ll = figures["llamacpp"]
         typer.echo("\nreal llama.cpp (xllamacpp, Gemma 3 270M), real seconds")
@@ -75,3 +84,7 @@ def bench_detection(
         typer.echo("|---|---|---|---|")
         typer.echo(_row("SIGSTOP during a long prompt", ll["sigstop_prompt"]))
         typer.echo(_row("SIGSTOP mid-stream", ll["sigstop_midstream"]))
+        early = ll["sigstop_prompt"]["false_before_stop"] + ll["sigstop_midstream"]["false_before_stop"]
+        typer.echo(
+            f"\n  false wedges before a SIGSTOP: {early}; load average before/after: {ll['load_average']}"
+        )
