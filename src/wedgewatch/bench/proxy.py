@@ -6,7 +6,8 @@ chunk first, usage chunk, ``[DONE]``), the proxy in its own process with its shi
 a ledger, and a load generator in a third process (``bench/streams.py``) that keeps C streams open.
 Direct and proxied runs alternate, level by level, for each repeat; the table shows medians over
 the repeats. Proxy CPU comes from ``/proc/<pid>/stat`` around each proxied run, divided by the
-tokens the load generator received in that run.
+tokens the load generator received in that run. ``--peers nginx`` puts nginx in front of the same
+simulator (``bench/peers.py``) and measures it in the same rotation, on the proxy's CPU, the same way.
 
 Detection: a second simulator that stalls on cue, a second proxy with short windows, and the OpenAI
 SDK (default retries) as client; for each stall kind, the seconds from the point the window starts
@@ -18,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import selectors
-import signal
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.bench import peers as peer_kinds
+from wedgewatch.bench.children import Server, pinned
+from wedgewatch.bench.procfs import group_cpu_seconds, group_rss_mib
 from wedgewatch.errors import BadInput
 
 _HEALTHY = """
@@ -82,8 +84,10 @@ class BenchOptions:
     detection: bool = True
     detection_repeats: int = 3
     pin: bool = True
-    """Throughput only: the proxy on a CPU of its own, the simulator and the load generator on the
-    others, as the peers in PEERS.md were measured. Ignored on a one-CPU machine."""
+    """Throughput only: the proxy (and each peer) on a CPU of its own, the simulator and the load
+    generator on the others. Ignored on a one-CPU machine."""
+    peers: list[str] = field(default_factory=list)
+    """Other proxies measured in the same runs (``bench/peers.py``: ``nginx``); none by default."""
 
 
 def layout(opts: BenchOptions) -> tuple[set[int] | None, set[int] | None]:
@@ -92,66 +96,6 @@ def layout(opts: BenchOptions) -> tuple[set[int] | None, set[int] | None]:
     if not opts.pin or len(cpus) < 2:
         return None, None
     return set(cpus[:-1]), {cpus[-1]}
-
-
-def _on(cpus: set[int] | None) -> Any:
-    """A preexec_fn that keeps the child (and what it starts) on ``cpus``."""
-    return None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
-
-
-class _Proc:
-    """A child server in its own process group that printed ``listening on URL`` first."""
-
-    def __init__(
-        self, argv: list[str], log_path: Path, timeout: float = 60.0, cpus: set[int] | None = None
-    ) -> None:
-        self.log = log_path.open("w")
-        self.p = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            text=True,
-            start_new_session=True,
-            preexec_fn=_on(cpus),
-        )
-        assert self.p.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.p.stdout, selectors.EVENT_READ)
-        line = self.p.stdout.readline().strip() if sel.select(timeout) else ""
-        if not line.startswith("listening on "):
-            self.stop()
-            raise RuntimeError(f"{argv[3:5]} did not start: {line!r}; see {log_path}")
-        self.url = line.removeprefix("listening on ")
-
-    @property
-    def pid(self) -> int:
-        return self.p.pid
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            try:
-                os.killpg(self.p.pid, signal.SIGTERM)
-                self.p.wait(5)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.p.wait(5)
-        self.log.close()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (``/proc/<pid>/stat`` fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib(pid: int, key: str = "VmRSS") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def _get(url: str) -> str:
@@ -179,7 +123,7 @@ def _loadgen(url: str, concurrency: int, opts: BenchOptions, cpus: set[int] | No
         capture_output=True,
         text=True,
         timeout=opts.duration + opts.warmup + 120,
-        preexec_fn=_on(cpus),
+        preexec_fn=pinned(cpus),
     )
     if done.returncode != 0:
         raise RuntimeError(f"load generator failed: {done.stderr[-500:]}")
@@ -196,39 +140,52 @@ def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
     scenario = work / "healthy.toml"
     scenario.write_text(_HEALTHY.format(rate=opts.tokens_per_s))
     load_cpus, proxy_cpus = layout(opts)
-    sim = _Proc(
+    sim = Server(
         _wedgewatch("sim", "--port", "0", "--scenario", str(scenario)), work / "sim.log", cpus=load_cpus
     )
     proxy = None
+    running: dict[str, peer_kinds.Peer] = {}
     try:
-        proxy = _Proc(
+        proxy = Server(
             _wedgewatch(
                 "proxy", "--upstream", sim.url, "--port", "0", "--ledger", str(work / "ledger.sqlite")
             ),
             work / "proxy.log",
             cpus=proxy_cpus,
         )
+        for name in opts.peers:  # each on the proxy's CPU: one measured proxy at a time uses it
+            running[name] = peer_kinds.start(name, sim.url, work, proxy_cpus)
+        groups = {"proxy": proxy.pid} | {name: peer.pgid for name, peer in running.items()}
         runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
         for rep in range(opts.repeats):
             for c in opts.levels:
-                order = ["direct", "proxy"] if rep % 2 == 0 else ["proxy", "direct"]
-                for target in order:
-                    base = sim.url if target == "direct" else f"{proxy.url}/a/bench-{c}"
-                    cpu0 = cpu_seconds(proxy.pid)
+                order = ["direct", "proxy", *opts.peers]
+                for target in order if rep % 2 == 0 else order[::-1]:
+                    urls = {"direct": sim.url, "proxy": f"{proxy.url}/a/bench-{c}"}
+                    base = urls.get(target) or running[target].url
+                    pgid = groups.get(target)
+                    cpu0 = group_cpu_seconds(pgid) if pgid else 0.0
                     res = _loadgen(base + "/v1/chat/completions", c, opts, load_cpus)
-                    res["proxy_cpu"] = cpu_seconds(proxy.pid) - cpu0
-                    res["proxy_rss_mib"] = rss_mib(proxy.pid)
+                    if pgid:
+                        res["cpu"] = group_cpu_seconds(pgid) - cpu0
+                        res["rss_mib"] = group_rss_mib(pgid)
                     runs.setdefault((c, target), []).append(res)
         prom = _get(proxy.url + "/wedgewatch/metrics")
-        peak = rss_mib(proxy.pid, "VmHWM")
+        peak = group_rss_mib(proxy.pid, "VmHWM")
+        peer_peaks = {name: group_rss_mib(pgid, "VmHWM") for name, pgid in groups.items() if name != "proxy"}
     finally:
+        for peer in running.values():
+            peer.stop()
         if proxy is not None:
             proxy.stop()
         sim.stop()
     from wedgewatch.promtext import parse
 
     samples = parse(prom)
-    rows = [_row(c, runs[(c, "direct")], runs[(c, "proxy")]) for c in opts.levels]
+    rows = [
+        _row(c, runs[(c, "direct")], runs[(c, "proxy")], {n: runs[(c, n)] for n in opts.peers})
+        for c in opts.levels
+    ]
     return {
         "rows": rows,
         "cpu_layout": None
@@ -239,27 +196,48 @@ def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
             s.labels["outcome"]: int(s.value) for s in samples.series("wedgewatch_proxy_requests_total")
         },
         "proxy_peak_rss_mib": peak,
+        "peer_peak_rss_mib": peer_peaks,
     }
 
 
-def _row(c: int, direct: list[dict[str, Any]], proxied: list[dict[str, Any]]) -> dict[str, Any]:
-    def med(runs: list[dict[str, Any]], key: str) -> float | None:
-        return _median([r[key] for r in runs])
+_KEYS = ("tokens_per_s", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
 
-    row: dict[str, Any] = {"streams": c}
-    for name, runs in (("direct", direct), ("proxy", proxied)):
-        for key in ("tokens_per_s", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99"):
-            row[f"{name}_{key}"] = med(runs, key)
-        row[f"{name}_errors"] = sum(r["errors"] for r in runs)
-    d, p = row["direct_tokens_per_s"], row["proxy_tokens_per_s"]
-    row["ratio"] = p / d if d else None
-    for key in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99"):
-        a, b = row[f"direct_{key}"], row[f"proxy_{key}"]
-        row[f"added_{key}"] = None if a is None or b is None else b - a
-    per_token = [r["proxy_cpu"] / r["tokens_total"] for r in proxied if r["tokens_total"]]
-    row["proxy_cpu_us_per_token"] = 1e6 * statistics.median(per_token) if per_token else None
-    row["proxy_rss_mib"] = max(r["proxy_rss_mib"] for r in proxied)
-    row["error_samples"] = [s for r in direct + proxied for s in r["error_samples"]][:3]
+
+def _versus(direct: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One measured proxy's medians, and what it adds over the direct medians of the same repeats."""
+    out: dict[str, Any] = {key: _median([r[key] for r in runs]) for key in _KEYS}
+    out["errors"] = sum(r["errors"] for r in runs)
+    d = direct["tokens_per_s"]
+    out["ratio"] = out["tokens_per_s"] / d if d and out["tokens_per_s"] is not None else None
+    for key in _KEYS[1:]:
+        a, b = direct[key], out[key]
+        out[f"added_{key}"] = None if a is None or b is None else b - a
+    per_token = [r["cpu"] / r["tokens_total"] for r in runs if r["tokens_total"]]
+    out["cpu_us_per_token"] = 1e6 * statistics.median(per_token) if per_token else None
+    out["rss_mib"] = max(r["rss_mib"] for r in runs)
+    return out
+
+
+def _row(
+    c: int,
+    direct: list[dict[str, Any]],
+    proxied: list[dict[str, Any]],
+    peers: dict[str, list[dict[str, Any]]],
+) -> dict[str, Any]:
+    d: dict[str, Any] = {key: _median([r[key] for r in direct]) for key in _KEYS}
+    row: dict[str, Any] = {"streams": c, **{f"direct_{k}": v for k, v in d.items()}}
+    row["direct_errors"] = sum(r["errors"] for r in direct)
+    p = _versus(d, proxied)
+    row |= {f"proxy_{k}": p[k] for k in (*_KEYS, "errors")}
+    row |= {k: p[k] for k in p if k.startswith("added_")}
+    row |= {
+        "ratio": p["ratio"],
+        "proxy_cpu_us_per_token": p["cpu_us_per_token"],
+        "proxy_rss_mib": p["rss_mib"],
+    }
+    row["peers"] = {name: _versus(d, runs) for name, runs in peers.items()}
+    every = direct + proxied + [r for runs in peers.values() for r in runs]
+    row["error_samples"] = [s for r in every for s in r["error_samples"]][:3]
     return row
 
 
@@ -286,7 +264,7 @@ def detection(opts: BenchOptions, work: Path) -> dict[str, Any]:
     scenario = work / "faults.toml"
     scenario.write_text(_FAULTS)
     windows = {**DETECTION_WINDOWS, "total_timeout": DETECTION_TOTAL}
-    sim = _Proc(
+    sim = Server(
         _wedgewatch("sim", "--port", "0", "--scenario", str(scenario), "--sse-ping-interval", "0.5"),
         work / "fsim.log",
     )
@@ -300,7 +278,9 @@ def detection(opts: BenchOptions, work: Path) -> dict[str, Any]:
         ]
         flags += ["--min-rate", str(windows["min_rate"]), "--rate-window", str(windows["rate_window"])]
         flags += ["--total-timeout", str(windows["total_timeout"]), "--records", str(work / "detect.jsonl")]
-        proxy = _Proc(_wedgewatch("proxy", "--upstream", sim.url, "--port", "0", *flags), work / "fproxy.log")
+        proxy = Server(
+            _wedgewatch("proxy", "--upstream", sim.url, "--port", "0", *flags), work / "fproxy.log"
+        )
         base = proxy.url + "/a/bench-detect/v1"
 
         async def all_kinds() -> list[dict[str, Any]]:
@@ -354,11 +334,12 @@ def detection(opts: BenchOptions, work: Path) -> dict[str, Any]:
 def run(opts: BenchOptions) -> dict[str, Any]:
     if any(c < 1 for c in opts.levels) or not opts.levels:
         raise BadInput("--levels: give stream counts >= 1, for example 1,16,64,256")
+    peer_kinds.require(opts.peers)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="wedgewatch-bench-proxy-") as tmp:
         work = Path(tmp)
         out: dict[str, Any] = {
-            "command": "wedgewatch bench proxy",
+            "command": "wedgewatch bench proxy" + (f" --peers {','.join(opts.peers)}" if opts.peers else ""),
             "options": opts.__dict__,
             "cpus": os.cpu_count(),
             "load_before": os.getloadavg(),

@@ -52,6 +52,8 @@ def render(result: dict[str, Any]) -> str:
         f"False stalls on healthy traffic (shipped deadlines): {tp['false_stalls']}; proxy outcomes: "
         f"{tp['proxy_requests']}; proxy peak RSS {tp['proxy_peak_rss_mib']:.0f} MiB",
     ]
+    if tp["rows"] and tp["rows"][0].get("peers"):
+        out += ["", *peer_table(tp)]
     for r in tp["rows"]:
         for s in r["error_samples"]:
             out.append(f"  error sample at {r['streams']} streams: {s}")
@@ -100,3 +102,49 @@ def layout_line(cpus: dict[str, list[int]] | None) -> str:
         f"CPUs: proxy on {cpus['proxy']}, simulator and load generator on {cpus['simulator_and_load']} "
         "(one core for the proxy alone; --no-pin shares them)"
     )
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def peer_table(tp: dict[str, Any]) -> list[str]:
+    """The proxy and each peer side by side, each against the direct runs of the same repeats."""
+    header = ["streams", "target", "tok/s", "of direct", "TTFT p50 ms", "+TTFT p50", "ITL p99 ms"]
+    header += ["+ITL p99", "CPU us/tok", "RSS MiB", "errors"]
+    rows = []
+    for r in tp["rows"]:
+        own = {
+            "tokens_per_s": r["proxy_tokens_per_s"],
+            "ratio": r["ratio"],
+            "ttft_p50": r["proxy_ttft_p50"],
+            "added_ttft_p50": r["added_ttft_p50"],
+            "itl_p99": r["proxy_itl_p99"],
+            "added_itl_p99": r["added_itl_p99"],
+            "cpu_us_per_token": r["proxy_cpu_us_per_token"],
+            "rss_mib": r["proxy_rss_mib"],
+            "errors": r["proxy_errors"],
+        }
+        for name, m in {"wedgewatch": own, **r["peers"]}.items():
+            rows.append(
+                [
+                    str(r["streams"]),
+                    name,
+                    _num(m["tokens_per_s"], ".0f"),
+                    _num(m["ratio"], ".3f"),
+                    _ms(m["ttft_p50"]),
+                    _ms(m["added_ttft_p50"], signed=True),
+                    _ms(m["itl_p99"]),
+                    _ms(m["added_itl_p99"], signed=True),
+                    _num(m["cpu_us_per_token"], ".1f"),
+                    _num(m["rss_mib"], ".1f"),
+                    str(m["errors"]),
+                ]
+            )
+    peaks = ", ".join(f"{n} {v:.1f} MiB" for n, v in tp.get("peer_peak_rss_mib", {}).items())
+    return [
+        "Peers in the same runs, on the proxy's CPU (medians; + = added over direct; CPU and RSS over "
+        "each target's process group)",
+        _table(header, rows),
+        f"Peak RSS: wedgewatch {tp['proxy_peak_rss_mib']:.0f} MiB, {peaks}",
+    ]

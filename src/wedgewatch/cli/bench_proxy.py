@@ -21,10 +21,14 @@ def bench_proxy(
     pin: Annotated[
         bool, typer.Option(help="Give the proxy a CPU of its own (the others to the simulator and load).")
     ] = True,
+    peers: Annotated[
+        str, typer.Option(help="Other proxies to measure in the same runs, comma-separated: nginx.")
+    ] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Throughput, latency and CPU of the proxy against going direct to a fast simulator, and how
-    quickly it detects each stall kind (docs/benchmarks.md)."""
+    quickly it detects each stall kind; with --peers, nginx measured the same way (docs/benchmarks.md)."""
+    from wedgewatch.bench.peers import names
     from wedgewatch.bench.proxy import BenchOptions, run
     from wedgewatch.bench.proxy_table import render
 
@@ -38,7 +42,13 @@ def bench_proxy(
         raise BadInput("--duration: must be > 0 (and --warmup >= 0)")
     result = run(
         BenchOptions(
-            levels=lv, repeats=repeats, duration=duration, warmup=warmup, detection=detection, pin=pin
+            levels=lv,
+            repeats=repeats,
+            duration=duration,
+            warmup=warmup,
+            detection=detection,
+            pin=pin,
+            peers=names(peers),
         )
     )
     typer.echo(json.dumps(result, indent=1) if as_json else render(result))
