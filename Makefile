@@ -10,16 +10,17 @@ PYTEST_ARGS ?=
 
 install: system-tools $(STAMP)
 
-# The isolating sandboxes' tools (docs/sandboxes.md): installed with apt-get when root on Debian,
-# else one line saying what to install. The local sandbox needs none of them.
+# The isolating sandboxes' tools (docs/sandboxes.md) and nginx, the peer `bench proxy --peers nginx`
+# measures (docs/benchmarks.md): installed with apt-get when root on Debian, else one line saying
+# what to install. The local sandbox and the bench without peers need none of them.
 system-tools:
-	@missing=""; for t in bwrap podman runc; do command -v $$t >/dev/null || [ -x /usr/sbin/$$t ] || missing="$$missing $$t"; done; \
+	@missing=""; for t in bwrap podman runc nginx; do command -v $$t >/dev/null || [ -x /usr/sbin/$$t ] || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing bubblewrap podman runc (apt-get)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap podman runc >/dev/null; \
+	    echo "installing bubblewrap podman runc nginx (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap podman runc nginx >/dev/null; \
 	  else \
-	    echo "sandboxes bwrap/container need:$$missing (Debian: sudo apt-get install bubblewrap podman runc)"; \
+	    echo "sandboxes bwrap/container and bench proxy --peers nginx need:$$missing (Debian: sudo apt-get install bubblewrap podman runc nginx)"; \
 	  fi; \
 	fi
 
