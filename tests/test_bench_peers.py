@@ -7,6 +7,7 @@ fails with the bench's own one-line install hint, never a skip.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,28 +19,43 @@ from wedgewatch.bench.proxy_table import render
 from wedgewatch.errors import BadInput
 
 
-def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+def _bench(*args: str, tmp: Path | None = None) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "wedgewatch", "bench", "proxy", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    env = os.environ | ({"TMPDIR": str(tmp)} if tmp else {})
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
 
 
-def _nginx_processes() -> set[int]:
-    """Every live process running nginx (master or worker: the worker renames itself)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and (entry / "cmdline").read_bytes().startswith(b"nginx:"):
-                found.add(int(entry.name))
-        except OSError:
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _nginx_left_by(tmp: Path) -> list[str]:
+    """nginx processes whose group leader ran from under ``tmp``, or is gone (an orphaned worker).
+
+    A worker renames itself ``nginx: worker process``; its master, the group leader, keeps the
+    bench's prefix directory on its command line, and that lies under the TMPDIR the bench got.
+    """
+    left = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        cmd = _cmdline(pid)
+        if not cmd.startswith(b"nginx:"):
             continue
-    return found
+        try:
+            leader = _cmdline(os.getpgid(pid))
+        except ProcessLookupError:  # exited while we looked
+            continue
+        if not leader or str(tmp).encode() in leader:
+            left.append(cmd.replace(b"\0", b" ").decode(errors="replace").strip())
+    return left
 
 
-def test_nginx_is_measured_beside_the_proxy_and_stopped_after() -> None:
-    before = _nginx_processes()
+def test_nginx_is_measured_beside_the_proxy_and_stopped_after(tmp_path: Path) -> None:
     r = _bench(
         "--levels", "2", "--repeats", "1", "--duration", "0.5", "--warmup", "0.2",
-        "--peers", "nginx", "--no-detection", "--json",
+        "--peers", "nginx", "--no-detection", "--json", tmp=tmp_path,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
@@ -49,7 +65,7 @@ def test_nginx_is_measured_beside_the_proxy_and_stopped_after() -> None:
     assert nginx["errors"] == 0, row["error_samples"]
     assert nginx["cpu_us_per_token"] > 0 and nginx["rss_mib"] > 0, nginx
     assert row["proxy_tokens_per_s"] > 0 and row["proxy_errors"] == 0
-    assert _nginx_processes() <= before, "the bench left nginx running"
+    assert _nginx_left_by(tmp_path) == [], "the bench left nginx running"
     table = render(out).split("Peers in the same runs")[1].splitlines()
     assert [line.split()[:3] for line in table if line.split()[1:2] in (["wedgewatch"], ["nginx"])] == [
         ["2", "wedgewatch", f"{row['proxy_tokens_per_s']:.0f}"],
