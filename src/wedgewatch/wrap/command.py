@@ -8,8 +8,9 @@ Base-URL variables set for the harness (each points at the proxy's ``/v1``):
 - ``VLLM_BASE_URL``: Inspect AI's ``vllm/`` provider pointed at a running server;
 - ``WEDGEWATCH_BASE_URL``: anything of the user's own (``WEDGEWATCH_PROXY_URL`` is the root).
 
-Inspect's ``openai-api/<service>/<model>`` reads ``<SERVICE>_BASE_URL``: ``wrap --env-prefix
-SERVICE`` sets it too. ``OPENAI_API_KEY`` is set to a placeholder only when unset (the SDK refuses
+Inspect's ``openai-api/<service>/<model>`` (chat completions; its ``openai/`` provider calls the
+Responses API, which vLLM-likes may not serve) reads ``<SERVICE>_BASE_URL`` and
+``<SERVICE>_API_KEY``: both are set for ``WEDGEWATCH`` and for each ``--env-prefix SERVICE``. ``OPENAI_API_KEY`` is set to a placeholder only when unset (the SDK refuses
 to start without one); a key the user set is passed on and recorded nowhere.
 """
 
@@ -40,11 +41,13 @@ def environment(
     env = dict(base)
     for name in BASE_URL_VARS:
         env[name] = v1
-    for prefix in prefixes:
-        env[f"{prefix.upper()}_BASE_URL"] = v1
-    env["WEDGEWATCH_BASE_URL"] = v1
-    env["WEDGEWATCH_PROXY_URL"] = proxy_url
     env.setdefault("OPENAI_API_KEY", PLACEHOLDER_KEY)
+    for prefix in (*prefixes, "WEDGEWATCH"):
+        env[f"{prefix.upper()}_BASE_URL"] = v1
+        # Inspect's openai-api/<prefix>/<model> wants <PREFIX>_API_KEY as well: the user's own
+        # if set, else the OpenAI key wrap passes on.
+        env.setdefault(f"{prefix.upper()}_API_KEY", env["OPENAI_API_KEY"])
+    env["WEDGEWATCH_PROXY_URL"] = proxy_url
     return env
 
 

@@ -35,7 +35,7 @@ def read_results(paths: list[Path]) -> list[HarnessFile]:
     out = []
     for p in readers.expand(paths):
         fd = readers.read(p)
-        hf = HarnessFile(str(p), fd.kind, p.stat().st_mtime, fd.facts)
+        hf = HarnessFile(str(p), fd.kind, p.stat().st_mtime, fd.facts, dict(fd.messages))
         if fd.kind.startswith("trajectory") and fd.facts:
             hf.messages[fd.facts[0].instance_id] = _trajectory_messages(p)
         out.append(hf)

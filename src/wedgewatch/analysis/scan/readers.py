@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.analysis.scan import inspect_log
+from wedgewatch.analysis.scan.records import Facts, FileData, Sample
 from wedgewatch.errors import BadInput
+
+__all__ = ["Facts", "FileData", "Sample", "expand", "read"]
 
 DURATION_KEYS = (
     "duration",
@@ -75,48 +78,16 @@ MINI_EARLY_STOPS = (
 OUTCOME_WORDS = ("resolved", "unresolved", "empty_patch", "early_stop", "infra_failed", "pending", "error")
 
 
-@dataclass
-class Sample:
-    """One duration: an instance's (or one attempt's) wall time and the status beside it."""
-
-    instance_id: str
-    duration: float
-    status: str
-    source: str
-    already_infra: bool = False  # the file itself counts this as the infrastructure's failure
-
-
-@dataclass
-class Facts:
-    """What one file says about one instance."""
-
-    instance_id: str
-    source: str
-    outcome: str | None = None
-    status: str = ""
-    api_error: bool = False
-    early_stop: bool = False
-    patch_empty: bool | None = None
-    already_infra: bool = False
-
-
-@dataclass
-class FileData:
-    path: str
-    kind: str
-    samples: list[Sample] = field(default_factory=list)
-    facts: list[Facts] = field(default_factory=list)
-    total: int | None = None  # a report's total_instances (the harness's denominator)
-
-
 def expand(paths: list[Path]) -> list[Path]:
     """Files to read: a directory stands for its trajectories and its preds.json."""
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            found = sorted([*p.rglob("*.traj.json"), *p.rglob("*.traj"), *p.glob("preds.json")])
+            found = sorted(
+                [*p.rglob("*.traj.json"), *p.rglob("*.traj"), *p.glob("preds.json"), *p.glob("*.eval")]
+            )
             if not found:
-                raise BadInput(f"{p}: a directory with no *.traj.json, *.traj or preds.json")
+                raise BadInput(f"{p}: a directory with no *.traj.json, *.traj, preds.json or *.eval")
             out += found
         else:
             out.append(p)
@@ -125,6 +96,8 @@ def expand(paths: list[Path]) -> list[Path]:
 
 def read(path: Path) -> FileData:
     """Read one file; BadInput naming it when it cannot be read or its shape is unknown."""
+    if path.suffix.lower() == ".eval":
+        return inspect_log.read_eval(path)
     try:
         text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's CSV often starts with a BOM
     except (OSError, UnicodeDecodeError) as exc:
@@ -160,6 +133,8 @@ def _jsonl(path: Path, text: str) -> list[Any]:
 
 
 def _object(name: str, path: Path, data: dict[str, Any]) -> FileData:
+    if inspect_log.is_json_log(data):
+        return inspect_log.from_samples(name, data["samples"])
     if any(k in data for k in REPORT_ID_KEYS):
         return _report(name, data)
     info = data.get("info")
