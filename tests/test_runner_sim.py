@@ -25,7 +25,7 @@ import pytest
 from ledger_helpers import dump, outcomes
 from wedgewatch.analysis.summary import summarise
 from wedgewatch.config import Config, load_config
-from wedgewatch.ledger import Ledger
+from wedgewatch.ledger import Ledger, checks
 from wedgewatch.runner import main as runner_main
 from wedgewatch.runner.context import RunContext
 from wedgewatch.suites import load_bundled
@@ -170,6 +170,7 @@ def test_a_server_restart_ends_attempts_in_flight_and_requeues_them(tmp_path: Pa
         got = outcomes(lg, "restart")
         lives = lg.query("SELECT * FROM server_life_view WHERE run_id = 'restart' ORDER BY started_at")
         s = summarise(lg, "restart")
+        assert checks.problems(lg) == []  # the same checks as a wrapped run's ledger (test_wrap.py)
     assert len(seen["in_flight"]) >= 2
     for aid in seen["in_flight"]:
         assert (ends[aid]["status"], ends[aid]["reason"]) == ("api_error", "server_restarted")

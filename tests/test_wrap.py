@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from wedgewatch.ledger import Ledger
+from wedgewatch.ledger import Ledger, checks
 from wedgewatch.supervisor.process import group_alive
 from wedgewatch.testing import eventually
 
@@ -85,6 +85,7 @@ def test_wrap_runs_the_harness_against_the_proxy_and_exits_with_its_code(tmp_pat
     assert lives[0]["end_reason"] == "stop" and not group_alive(lives[0]["pid"])
     (req,) = [dict(r) for r in ledger.query("SELECT * FROM requests")]
     assert req["outcome"] == "ok" and req["life_id"] == lives[0]["life_id"]
+    assert checks.problems(ledger) == []  # the same checks as a run's ledger (test_runner_sim.py)
     ledger.close()
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name not in ("harness.py", "seen.json")]
     assert any(p.suffix == ".sqlite" for p in written) and any(p.parent.name == "logs" for p in written)
