@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from wedgewatch import fingerprint
 from wedgewatch.ledger import Ledger, checks
 from wedgewatch.supervisor.process import group_alive
 from wedgewatch.testing import eventually
@@ -23,7 +24,8 @@ import json, os, sys, time, openai
 out = sys.argv[1]
 client = openai.OpenAI()  # its defaults: OPENAI_BASE_URL and OPENAI_API_KEY from the environment
 reply = client.chat.completions.create(
-    model="sim-model", messages=[{"role": "user", "content": "say something short, please"}], max_tokens=4
+    model="sim-model", messages=[{"role": "user", "content": "say something short, please"}], max_tokens=4,
+    extra_headers={"x-wedgewatch-tag": "inst-7"},  # a harness that can add a header
 )
 seen = {k: os.environ.get(k) for k in ("OPENAI_BASE_URL", "OPENAI_API_BASE", "HOSTED_VLLM_API_BASE",
                                        "VLLM_BASE_URL", "WEDGEWATCH_BASE_URL", "MYSVC_BASE_URL")}
@@ -85,6 +87,9 @@ def test_wrap_runs_the_harness_against_the_proxy_and_exits_with_its_code(tmp_pat
     assert lives[0]["end_reason"] == "stop" and not group_alive(lives[0]["pid"])
     (req,) = [dict(r) for r in ledger.query("SELECT * FROM requests")]
     assert req["outcome"] == "ok" and req["life_id"] == lives[0]["life_id"]
+    assert req["attempt_id"] == "inst-7", "the tag header names the instance"
+    fp = json.loads(req["detail_json"])["fp"]
+    assert fp["lines"] == fingerprint.line_hashes("say something short, please") and len(fp["messages"]) == 1
     assert checks.problems(ledger) == []  # the same checks as a run's ledger (test_runner_sim.py)
     ledger.close()
     written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name not in ("harness.py", "seen.json")]
