@@ -181,3 +181,43 @@ def test_ledger_checks_name_what_is_missing(tmp_path: Path) -> None:
     )
     assert checks.problems(ledger) == ["requests name server life wrap-2-life, which has no row"]
     ledger.close()
+
+
+def test_harbor_trial_results_and_openhands_output_are_read(tmp_path: Path) -> None:
+    from wedgewatch.analysis.audit.results import read_results, verdict
+
+    trial = {
+        "task_name": "hello-world",
+        "trial_name": "hello-world__abc",
+        "trial_uri": "file:///jobs/x",
+        "verifier_result": {"rewards": {"reward": 1.0}},
+        "exception_info": None,
+        "started_at": "2026-12-01T10:00:00",
+        "finished_at": "2026-12-01T10:02:30",
+    }
+    failed = {**trial, "task_name": "fizzbuzz", "verifier_result": None}
+    failed["exception_info"] = {"exception_type": "AgentTimeoutError", "exception_message": "600 s"}
+    (tmp_path / "t1").mkdir()
+    (tmp_path / "t2").mkdir()
+    (tmp_path / "t1" / "result.json").write_text(json.dumps(trial))
+    (tmp_path / "t2" / "result.json").write_text(json.dumps(failed))
+    oh = tmp_path / "output.jsonl"
+    oh.write_text(
+        json.dumps(
+            {"instance_id": "x__y-1", "test_result": {"git_patch": "diff --git a/f b/f\n"}, "error": None}
+        )
+        + "\n"
+        + json.dumps(
+            {"instance_id": "x__y-2", "test_result": {"git_patch": ""}, "error": "RuntimeError: agent stuck"}
+        )
+        + "\n"
+    )
+    files = read_results([tmp_path / "t1" / "result.json", tmp_path / "t2" / "result.json", oh])
+    assert [f.kind for f in files] == ["harbor trial result", "harbor trial result", "openhands output"]
+    got = {fact.instance_id: verdict([fact]) for f in files for fact in f.facts}
+    assert got == {
+        "hello-world": "resolved",
+        "fizzbuzz": "error:AgentTimeoutError",
+        "x__y-1": "submitted",
+        "x__y-2": "error:Error",
+    }

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wedgewatch.analysis.scan import inspect_log
+from wedgewatch.analysis.scan import harness_formats, inspect_log
 from wedgewatch.analysis.scan.records import Facts, FileData, Sample
 from wedgewatch.errors import BadInput
 
@@ -135,6 +135,8 @@ def _jsonl(path: Path, text: str) -> list[Any]:
 def _object(name: str, path: Path, data: dict[str, Any]) -> FileData:
     if inspect_log.is_json_log(data):
         return inspect_log.from_samples(name, data["samples"])
+    if harness_formats.is_harbor_trial(data):
+        return harness_formats.harbor_trial(name, data)
     if any(k in data for k in REPORT_ID_KEYS):
         return _report(name, data)
     info = data.get("info")
@@ -264,6 +266,8 @@ def _status(row: dict[str, Any]) -> str:
 
 
 def _rows(name: str, rows: list[Any], kind: str) -> FileData:
+    if harness_formats.is_openhands(rows):
+        return harness_formats.openhands_rows(name, rows)
     fd = FileData(name, kind)
     useful = False
     for n, row in enumerate(rows, 1):
