@@ -81,9 +81,9 @@ def names(text: str) -> list[str]:
     """``--peers nginx`` -> ``["nginx"]``; an empty string is no peer; an unknown name is bad input."""
     wanted = [n.strip() for n in text.split(",") if n.strip()]
     for n in wanted:
-        if n not in PEERS:
+        if n not in REGISTRY:
             why = " (not installable from this project's lock: docs/benchmarks.md)" if n == "litellm" else ""
-            raise BadInput(f"--peers: unknown peer {n!r}{why}; known: {', '.join(PEERS)}")
+            raise BadInput(f"--peers: unknown peer {n!r}{why}; known: {', '.join(REGISTRY)}")
     if len(set(wanted)) != len(wanted):
         raise BadInput(f"--peers: a peer is named twice in {text!r}")
     return wanted
@@ -92,7 +92,7 @@ def names(text: str) -> list[str]:
 def require(wanted: list[str]) -> None:
     """Fail with the one-line install hint before anything starts if a named peer is missing."""
     for n in wanted:
-        PEERS[n].check()
+        REGISTRY[n].check()
 
 
 def nginx_binary(search: str | None = None) -> str:
@@ -163,9 +163,9 @@ class Nginx:
         self.log.close()
 
 
-PEERS: dict[str, type[Nginx]] = {"nginx": Nginx}
+REGISTRY: dict[str, type[Nginx]] = {"nginx": Nginx}
 
 
 def start(name: str, upstream: str, work: Path, cpus: set[int] | None = None) -> Peer:
     """Start peer ``name`` in front of ``upstream`` (a base URL), pinned to ``cpus``."""
-    return PEERS[name](upstream, work, cpus)
+    return REGISTRY[name](upstream, work, cpus)
