@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from wedgewatch.bench.children import stop_group
 from wedgewatch.bench.peers import NGINX_MISSING, names, nginx_binary
+from wedgewatch.bench.procfs import cpu_seconds, group_cpu_seconds, group_pids
 from wedgewatch.bench.proxy_table import render
 from wedgewatch.errors import BadInput
 
@@ -63,7 +65,9 @@ def test_nginx_is_measured_beside_the_proxy_and_stopped_after(tmp_path: Path) ->
     nginx = row["peers"]["nginx"]
     assert nginx["tokens_per_s"] > 0, nginx
     assert nginx["errors"] == 0, row["error_samples"]
-    assert nginx["cpu_us_per_token"] > 0 and nginx["rss_mib"] > 0, nginx
+    # CPU is read in clock ticks (10 ms): this short run may use less, so its figure may be 0.0;
+    # test_group_cpu_counts_every_member checks the reading itself.
+    assert nginx["cpu_us_per_token"] is not None and nginx["rss_mib"] > 0, nginx
     assert row["proxy_tokens_per_s"] > 0 and row["proxy_errors"] == 0
     assert _nginx_left_by(tmp_path) == [], "the bench left nginx running"
     table = render(out).split("Peers in the same runs")[1].splitlines()
@@ -100,3 +104,23 @@ def test_no_peers_by_default_and_bad_peers_exit_2_before_anything_starts() -> No
     assert r.returncode == 2
     (line,) = r.stderr.strip().splitlines()
     assert "--peers: unknown peer 'litellm'" in line
+
+
+_BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint('burnt', flush=True)\ntime.sleep(60)"
+
+
+def test_group_cpu_counts_every_member_and_stop_group_leaves_none() -> None:
+    """nginx is a master and a worker: the bench reads CPU over the group, as here two burners."""
+    burner = f'{sys.executable} -c "{_BURN}"'
+    p = subprocess.Popen(
+        ["sh", "-c", f"{burner} & {burner} & wait"], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert p.stdout is not None
+        assert [p.stdout.readline().strip() for _ in range(2)] == ["burnt", "burnt"]
+        assert len(group_pids(p.pid)) == 3  # the shell and its two children
+        assert group_cpu_seconds(p.pid) >= 0.55  # 2 x 0.3 s, less a tick each
+        assert cpu_seconds(p.pid) < 0.3  # the leader alone burnt nothing
+    finally:
+        stop_group(p)
+    assert group_pids(p.pid) == []
