@@ -25,7 +25,8 @@ def rss_mib(pid: int, key: str = "VmRSS") -> float:
 
 
 def group_pids(pgid: int) -> list[int]:
-    """The live processes of process group ``pgid`` (field 5 of ``/proc/<pid>/stat``)."""
+    """The live processes of process group ``pgid`` (field 5 of ``/proc/<pid>/stat``; field 3 is
+    the state, and a zombie waiting for its parent to reap it is not live)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -34,7 +35,7 @@ def group_pids(pgid: int) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:  # exited while we looked
             continue
-        if int(fields[2]) == pgid:
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):  # a zombie holds no CPU or memory
             pids.append(int(entry.name))
     return sorted(pids)
 
