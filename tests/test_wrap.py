@@ -105,9 +105,16 @@ def test_wrap_substitutes_rerun_and_refuses_it_without_a_file(tmp_path: Path) ->
     rerun = tmp_path / "rerun.txt"
     rerun.write_text("inst-a\ninst-b\n")
     harness = (str(tmp_path / "harness.py"), str(out), "--ids", "{rerun}", "--joined={rerun}")
-    done = subprocess.run(wrap_argv(cfg, *harness, extra=("--rerun", str(rerun))), timeout=120)
+    done = subprocess.run(
+        wrap_argv(cfg, *harness, extra=("--rerun", str(rerun), "--tag", "inst-9")), timeout=120
+    )
     assert done.returncode == 0
-    assert json.loads(out.read_text())["argv"] == ["--ids", "inst-a", "inst-b", "--joined=inst-a,inst-b"]
+    seen = json.loads(out.read_text())
+    assert seen["argv"] == ["--ids", "inst-a", "inst-b", "--joined=inst-a,inst-b"]
+    assert seen["env"]["OPENAI_BASE_URL"].endswith("/a/inst-9/v1")
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        (tag,) = [r[0] for r in ledger.query("SELECT attempt_id FROM requests")]
+    assert tag == "inst-9", "the path's tag, which outranks the header's"
     bad = subprocess.run(wrap_argv(cfg, *harness), capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--rerun" in bad.stderr
 

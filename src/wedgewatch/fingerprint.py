@@ -1,7 +1,7 @@
 """Content fingerprints: hashes of what a request said, never the text itself.
 
-The proxy stores, for each generation request, the hashes of the lines of its system and user
-messages (``lines``) and one hash per message (``messages``). ``audit`` hashes the problem
+The proxy stores, for each generation request, the hashes of the lines of its first system and
+user messages (``lines``) and one hash per message (``messages``). ``audit`` hashes the problem
 statements of a suite, or the messages of a harness's own trajectory files, the same way, and
 matches. One function does both sides, so they cannot drift apart.
 
@@ -17,13 +17,15 @@ a row.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 MIN_LINE = 12  # characters, after normalising
 MAX_LINES = 400  # per request: a huge pasted file must not make a huge row
-_WS = re.compile(r"\s+")
+# Lines are hashed in the first few system/user messages only: that is where every harness we read
+# puts the task (later "user" turns are tool output in mini-swe-agent's text mode), and hashing
+# every line of a 60 KB conversation cost the proxy's event loop tens of milliseconds a request.
+MAX_PROMPT_MESSAGES = 3
 # Roles whose lines are hashed: what the harness wrote, not what the model or a tool answered.
 PROMPT_ROLES = frozenset({"system", "user", "developer"})
 
@@ -51,7 +53,7 @@ def line_hashes(text: str, limit: int = MAX_LINES) -> list[str]:
     """Hashes of the text's distinct normalised lines of at least MIN_LINE characters, in order."""
     seen: dict[str, None] = {}
     for raw in text.splitlines():
-        line = _WS.sub(" ", raw).strip()
+        line = " ".join(raw.split())
         if len(line) >= MIN_LINE:
             seen.setdefault(digest(line), None)
             if len(seen) >= limit:
@@ -60,20 +62,22 @@ def line_hashes(text: str, limit: int = MAX_LINES) -> list[str]:
 
 
 def message_hash(role: str, text: str) -> str:
-    return digest(role + "\x00" + _WS.sub(" ", text).strip())
+    return digest(role + "\x00" + " ".join(text.split()))
 
 
 def of_messages(messages: Iterable[Any]) -> dict[str, list[str]]:
     """``{"lines": [...], "messages": [...]}`` for a chat request's messages."""
     lines: dict[str, None] = {}
     hashes = []
+    prompts = 0
     for msg in messages:
         if not isinstance(msg, Mapping):
             continue
         role = str(msg.get("role", ""))
         text = text_of(msg.get("content"))
         hashes.append(message_hash(role, text))
-        if role in PROMPT_ROLES and len(lines) < MAX_LINES:
+        if role in PROMPT_ROLES and prompts < MAX_PROMPT_MESSAGES and len(lines) < MAX_LINES:
+            prompts += 1
             lines.update(dict.fromkeys(line_hashes(text, MAX_LINES - len(lines))))
     return {"lines": list(lines), "messages": hashes}
 
