@@ -167,3 +167,18 @@ def test_bench_percentiles_and_the_longest_still_stretch() -> None:
     w.readings = [(float(t), r(float(t), 1.0, b), "life") for t, b in enumerate(beats)]
     assert w.max_still() == 3.0
     assert w.last_beat(before=6.0, after=0.0) == 6.0 and w.last_beat(before=4.5, after=0.0) == 1.0
+
+
+def test_a_full_server_skips_the_canary_only_while_it_moves() -> None:
+    from wedgewatch.supervisor.life import Life
+    from wedgewatch.supervisor.process import AdoptedServer
+
+    d = WedgeDetector(8.0, heartbeat=True)
+    life = Life("life-t", AdoptedServer("http://127.0.0.1:1", None), [], "t", 0.0, d, concurrency=2)
+    for t, beat in ((0.0, 0.0), (1.0, 0.5)):
+        life.reading = r(t, 5.0 + t, beat, running=2, waiting=3)
+        d.observe(life.reading)
+    assert life.at_limit()  # full and busy: a canary would only queue
+    life.reading = r(2.0, 6.0, 0.5, running=2, waiting=3)
+    d.observe(life.reading)
+    assert not life.at_limit()  # full and nothing moved: not busy, stuck; the canary must run
