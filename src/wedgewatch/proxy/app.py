@@ -104,9 +104,8 @@ class Proxy:
             session, self.upstream, self.watchdog, self._clock, self._bus, self._sink, metrics
         )
         if self.feed is not None:
-            # Stops always come through; engine-time deadlines only when the config wants them.
             self._ctx.engine = engine_deadlines(self.watchdog, self.feed.heartbeat)
-            self._engine = EngineWatch(self._inflight, self._clock, self.feed)
+            self._engine = EngineWatch(self._inflight, self._clock, self.feed, self._ctx.engine)
         app = web.Application(client_max_size=64 * 1024**2)
         app.router.add_get("/wedgewatch/metrics", self._metrics)
         app.router.add_get("/wedgewatch/status", self._status)

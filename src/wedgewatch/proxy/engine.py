@@ -30,12 +30,17 @@ log = logging.getLogger(__name__)
 
 
 class EngineWatch:
-    """Charges engine time to a proxy's requests and stops them all on a verdict."""
+    """Charges engine time to a proxy's requests and stops them all on a verdict. With
+    ``engine`` off (the watchdog keeps wall-clock deadlines) it does neither: such a proxy keeps
+    today's rules exactly, and a restart is what cuts its requests."""
 
-    def __init__(self, inflight: Mapping[str, Exchange], clock: Callable[[], float], feed: Feed) -> None:
+    def __init__(
+        self, inflight: Mapping[str, Exchange], clock: Callable[[], float], feed: Feed, engine: bool
+    ) -> None:
         self.inflight = inflight  # the proxy's registry, in arrival order
         self.clock = clock
         self.feed = feed
+        self.engine = engine
         self._clock = EngineClock()
         self._unsubscribe = feed.subscribe(self._on_reading, self._on_stopped)
 
@@ -50,6 +55,8 @@ class EngineWatch:
         ]
 
     def _on_reading(self, r: Reading, life_id: str | None) -> None:
+        if not self.engine:
+            return
         tick = self._clock.observe(r, life_id)
         exs = self._of(life_id)
         now = self.clock()
@@ -61,6 +68,8 @@ class EngineWatch:
                 ex.stalled(stall)
 
     def _on_stopped(self, evidence: dict[str, Any], life_id: str | None) -> None:
+        if not self.engine:
+            return
         now = self.clock()
         still = float(evidence.get("flat_seconds", self.feed.window))
         for ex in self._of(life_id):
