@@ -46,6 +46,7 @@ KEYS = (
     "hung_attempts",
     "hang_server_seconds",
     "hang_server_seconds_each",
+    "hang_server_seconds_max",
     "wall_seconds",
 )
 """Every numeric cell, in table order (the JSON's stable keys)."""
@@ -127,5 +128,6 @@ def arm_cells(
         "hung_attempts": len(hung),
         "hang_server_seconds": round(sum(waited), 1),
         "hang_server_seconds_each": round(sum(waited) / len(waited), 1) if waited else 0.0,
+        "hang_server_seconds_max": round(max(waited), 1) if waited else 0.0,
         "wall_seconds": round(s["wall_seconds"] or 0.0, 1),
     }
