@@ -81,6 +81,8 @@ def test_the_default_demo_shows_every_defence_against_the_same_wedge(
     # (The proxy times a request from when it reaches it, so a loaded machine shaves a little off.)
     assert 2.5 * 600 <= naive["hang_server_seconds_max"] < 3 * 600 + 90
     assert naive["restarts"] == 0 and naive["retried_attempts"] == 0
+    # Its proxy only recorded: it ended nothing, even once the supervisor had found the wedge.
+    assert naive["wedges"] >= 1 and naive["stalls"] == 0
 
     with sqlite3.connect(out / "ledger.sqlite") as db:
         # The naive count is the ledger's: instances whose only attempt ended api_error.
@@ -180,10 +182,9 @@ def test_with_the_proxy_out_of_the_way_a_hang_reaches_the_guarded_score(tmp_path
     assert with_proxy["stalls"] >= 1 and with_proxy["infra_failed"] == 1
     assert with_proxy["of_which_hangs"] == 0 and with_proxy["scored_as_model_failures"] == 0
 
-    # The same harness with the proxy's deadlines out of reach (it only records): the agent's
+    # The same harness with the proxy only recording (no deadline, no verdict): the agent's
     # swallowed timeout is a submission, and the hang is scored as the model's failure.
-    recorder = [f"guarded:watchdog.{k}=1e6" for k in ("ttft_timeout", "stall_timeout", "total_timeout")]
-    without = arms(demo(tmp_path / "off", *common, *(a for r in recorder for a in ("--set", r))))["guarded"]
+    without = arms(demo(tmp_path / "off", *common, "--set", "guarded:watchdog.record_only=true"))["guarded"]
     assert without["stalls"] == 0
     assert without["of_which_hangs"] == 1 and without["scored_as_model_failures"] == 1
     assert without["published_resolved"] == 0 and without["hidden_by_hangs"] == int(

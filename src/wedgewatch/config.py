@@ -32,6 +32,10 @@ class WatchdogConfig(_Section):
     the server, unwatched and unrecorded. (To replay a harness without a watchdog but keep its
     requests in the ledger, as the demo's naive arms do, leave it on with every deadline out of
     reach.)"""
+    record_only: bool = False
+    """The proxy only records: one ledger row per request (how long it waited, the model it named)
+    and never ends one, no deadline and no engine-stop verdict. For replaying a harness that had
+    no watchdog while keeping its requests in the ledger (the demo's naive arms)."""
     ttft_timeout: float = Field(60.0, gt=0)
     """Seconds to the first token before `stall_ttft`. Covers a long prefill plus queueing behind
     busy slots; vLLM liveness proposals use 60 s."""

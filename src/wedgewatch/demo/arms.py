@@ -16,10 +16,10 @@ from typing import Any
 from wedgewatch.config import Config, validate
 from wedgewatch.errors import BadInput
 
-# A watchdog with every deadline out of reach: the proxy only records what passes (one ledger row
-# per request, the model it named, how long it waited) and never ends a request. Arms that stand
-# for a harness without wedgewatch get it, so that every arm's cells come from the same rows.
-RECORDER = {"ttft_timeout": 1e6, "stall_timeout": 1e6, "total_timeout": 1e6, "min_rate": 0.0}
+# The proxy as a recorder only (``watchdog.record_only``): one ledger row per request (the model it
+# named, how long it waited), never a deadline or an engine-stop verdict. Arms that stand for a
+# harness without wedgewatch get it, so that every arm's cells come from the same rows.
+RECORDER = {"record_only": True}
 # The SDK's defaults: 600 s and two silent retries (the story's 1,802 s per hung request).
 SDK_DEFAULTS = {"client_timeout": 600.0, "client_retries": 2}
 NO_RESTARTS = {"restart_on_wedge": False, "restart_on_crash": False, "restart_after_api_errors": 0}

@@ -63,6 +63,11 @@ class Proxy:
         self._engine: EngineWatch | None = None
         self.upstream: Upstream = StaticUpstream(upstream) if isinstance(upstream, str) else upstream
         self.watchdog = watchdog or WatchdogConfig()
+        if self.watchdog.record_only:
+            # Deadlines out of any run's reach (about 11 days), no rate check, no engine stops.
+            never = {k: 1e6 for k in ("ttft_timeout", "stall_timeout", "total_timeout")}
+            self.watchdog = self.watchdog.model_copy(update={**never, "min_rate": 0.0, "deadlines": "wall"})
+            self.feed = None
         self._bus = bus or EventBus()
         self._clock = clock
         self._sink = RecordSink(ledger, None if ledger is not None else records_path)
