@@ -95,7 +95,12 @@ def test_compare_two_real_runs_in_two_ledgers(
     assert r["outcomes"]["a"]["resolved"] == 3 and r["outcomes"]["a"]["unresolved"] == 1
     assert r["outcomes"]["b"]["resolved"] == 2 and r["outcomes"]["b"]["infra_failed"] == 1
     by_id = {p["instance_id"]: p for p in r["per_instance"]}
-    assert by_id[IDS[3]]["b"] == "infra_failed" and by_id[IDS[3]]["b_api_errors"] == 3
+    # Three budgeted api_errors (its stalls); one more if a restart (after two consecutive
+    # api_errors) ended an attempt of it, which is requeued, not counted.
+    assert by_id[IDS[3]]["b"] == "infra_failed" and by_id[IDS[3]]["b_api_errors"] >= 3
+    with Ledger(runs["b"]) as lg:
+        row = lg.query("SELECT n_infra FROM instance_outcomes WHERE instance_id = ?", (IDS[3],))[0]
+    assert row["n_infra"] == 3
     assert by_id[IDS[2]]["a"] == "resolved" and by_id[IDS[2]]["b"] == "unresolved"
     # infra_failed stays beside the score: B is 2/3 over model outcomes, 2/4 over all instances.
     assert (r["rates"]["model"]["b"]["k"], r["rates"]["model"]["b"]["n"]) == (2, 3)
@@ -107,8 +112,7 @@ def test_compare_two_real_runs_in_two_ledgers(
     assert r["paired"]["instances"] == 3 and r["paired"]["only_a_resolved"] == 1
     assert r["paired"]["only_b_resolved"] == 0 and r["paired"]["mcnemar_exact_p"] == 1.0
     infra_b = r["infrastructure"]["b"]
-    # The third attempt may end server_restarted: two consecutive api_errors restart the server.
-    assert infra_b["api_error_attempts"] == 3 and infra_b["stalls"]["stall_ttft"] >= 2
+    assert infra_b["api_error_attempts"] >= 3 and infra_b["stalls"]["stall_ttft"] >= 2
     assert r["infrastructure"]["a"]["api_error_attempts"] == 0
     text = " ".join(r["verdict"])
     assert "cannot tell the two runs apart" in text

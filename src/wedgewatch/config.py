@@ -176,6 +176,10 @@ class ServerConfig(_Section):
     """Restart after this many instances (0: never)."""
     recycle_every_tokens: int = Field(0, ge=0)
     """Restart after this many generated tokens (0: never)."""
+    recycle_drain_timeout: float = Field(600.0, ge=0)
+    """Seconds a planned recycle waits, handing out no new attempt, for the attempts in flight to
+    finish before it restarts the server anyway (those still running are then requeued, not
+    counted against `run.attempts`). 0: restart at once."""
     fresh: bool = True
     """Start a fresh server for every run; false reuses a running one (the 'used server' arm)."""
     max_restarts: int = Field(10, ge=0)
@@ -295,7 +299,13 @@ class RunConfig(_Section):
     concurrency: int = Field(4, ge=1)
     """Instances at a time (the story ran four)."""
     attempts: int = Field(3, ge=1)
-    """Attempts per instance; only infrastructure failures use up more than one."""
+    """Attempts per instance; only infrastructure failures use up more than one. Attempts the
+    server ended (a restart, a recycle, a detected wedge) do not count: they are requeued, up to
+    `max_requeues`. Raise it for a finished run with `wedgewatch run --resume RUN --attempts N`."""
+    max_requeues: int = Field(20, ge=1)
+    """Attempts of one instance the server may end (restart, recycle, detected wedge) before the
+    instance is `infra_failed` anyway. Generous: only a server that keeps dying reaches it, and
+    then the run should stop wasting time on it."""
     ledger: str = "wedgewatch.sqlite"
     """Ledger file (SQLite)."""
     workdir: str = ".wedgewatch/work"

@@ -63,7 +63,10 @@ RETRIED = frozenset({API_ERROR, HARNESS_ERROR, INTERRUPTED})
 BUDGETED = frozenset({API_ERROR, HARNESS_ERROR})
 """Retried statuses that use up the ``run.attempts`` budget. ``interrupted`` does not: the run was
 stopped (Ctrl-C, SIGKILL, a crash of wedgewatch), nothing about the instance failed, and a resume
-must end with the outcome the run would have had without the stop."""
+must end with the outcome the run would have had without the stop. Nor does an ``api_error`` the
+server caused: reason ``server_restarted`` (a restart or recycle ended it), or on a server life with
+a ``wedge`` event. Those are requeued, counted against ``run.max_requeues`` (the ledger view
+``attempt_budget`` spells this rule)."""
 STATUSES = MODEL_SIDE | RETRIED
 """Every status an attempt's end row can hold."""
 

@@ -70,7 +70,7 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
         "suite": run["suite"],
         "config_hash": run["config_hash"],
         "tool_version": run["tool_version"],
-        "attempts_max": run["attempts_max"],
+        "attempts_max": queries.budgets(ledger, rid)["attempts_max"],  # raised by --resume --attempts
         "seed": run["seed"],
         "started_at": run["started_at"],
         "state": marks[-1]["kind"] if marks else "created",

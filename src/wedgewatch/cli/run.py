@@ -33,6 +33,14 @@ def run_cmd(
     ledger: Annotated[
         Path | None, typer.Option("--ledger", help="Ledger file for --resume (default: CONFIG's run.ledger).")
     ] = None,
+    attempts: Annotated[
+        int | None,
+        typer.Option(
+            "--attempts",
+            help="With --resume: raise the run's attempts per instance to N (recorded in the ledger); "
+            "its infra_failed instances get the new attempts.",
+        ),
+    ] = None,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the final summary as JSON, no live display.")
     ] = False,
@@ -52,10 +60,12 @@ def run_cmd(
         given = cfg
 
         def call() -> object:
-            return runner_main.resume(ledger_path, rid, given=given, show_progress=show)
+            return runner_main.resume(ledger_path, rid, given=given, attempts=attempts, show_progress=show)
     else:
         if cfg is None:
             raise BadInput("CONFIG: a config file is required (or --resume RUN_ID)")
+        if attempts is not None:
+            raise BadInput("--attempts: only with --resume; a new run takes run.attempts from its config")
         if ledger is not None:
             raise BadInput("--ledger: only with --resume; a new run writes to its config's run.ledger")
         rid = check_run_id(run_id) if run_id else new_run_id()

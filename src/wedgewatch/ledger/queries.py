@@ -40,6 +40,12 @@ def instance_next(ledger: Ledger, run_id: str, instance_id: str) -> sqlite3.Row:
     return rows[0]
 
 
+def budgets(ledger: Ledger, run_id: str) -> sqlite3.Row:
+    """The run's attempts_max and max_requeues in force (the latest ``run_changes`` row of each,
+    else the run as created)."""
+    return ledger.query("SELECT * FROM run_budgets WHERE run_id = ?", (run_id,))[0]
+
+
 def unfinished(ledger: Ledger, run_id: str) -> list[str]:
     """Instance ids whose outcome is not final yet, in suite order: what a run (or resume) works on."""
     rows = ledger.query(

@@ -5,7 +5,7 @@ start; a server life's end is a row in ``server_life_ends``. Instance outcomes, 
 retry are views. Bump SCHEMA_VERSION with every change and add a migration step in store.py.
 """
 
-SCHEMA_VERSION = 3  # 3: harness_runs, harness_run_ends (wedgewatch wrap)
+SCHEMA_VERSION = 4  # 3: harness_runs, harness_run_ends (wedgewatch wrap); 4: run_changes
 
 # Columns added after version 1, per version: (table, column, type). A ledger written by an older
 # wedgewatch gets them with ALTER TABLE ... ADD COLUMN (existing rows read NULL there); fresh
@@ -20,6 +20,7 @@ ADDED_COLUMNS: dict[int, list[tuple[str, str, str]]] = {
         ("attempt_ends", "age_requests", "INTEGER"),
         ("attempt_ends", "age_tokens", "INTEGER"),
     ],
+    4: [],  # the table run_changes (CREATE TABLE IF NOT EXISTS makes it in older files)
 }
 
 TABLES = """
@@ -53,6 +54,18 @@ CREATE TABLE IF NOT EXISTS run_marks (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
     ts REAL NOT NULL,
     kind TEXT NOT NULL,
+    detail_json TEXT
+);
+
+-- Settings of a run changed after it was created (``--resume RUN --attempts N``): the runs row
+-- keeps the config as it was; the latest change of a field is the one in force.
+CREATE TABLE IF NOT EXISTS run_changes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    ts REAL NOT NULL,
+    field TEXT NOT NULL,  -- a config field, for example run.attempts
+    value_json TEXT NOT NULL,
+    previous_json TEXT,
     detail_json TEXT
 );
 
@@ -211,6 +224,7 @@ CREATE INDEX IF NOT EXISTS evaluations_attempt ON evaluations(attempt_id, id);
 CREATE INDEX IF NOT EXISTS requests_life ON requests(life_id, started_at);
 CREATE INDEX IF NOT EXISTS lives_run ON server_lives(run_id);
 CREATE INDEX IF NOT EXISTS marks_run ON run_marks(run_id, id);
+CREATE INDEX IF NOT EXISTS changes_run ON run_changes(run_id, field, id);
 """
 
 VIEWS = """
@@ -246,17 +260,46 @@ SELECT a.attempt_id,
          WHERE ev.attempt_id = a.attempt_id AND ev.resolved IS NULL) AS n_eval_errors
 FROM attempts a;
 
+-- The budgets a run works with: run.attempts and run.max_requeues as created, or as the latest
+-- run_changes row of the field says (a resume with --attempts N). Ledgers from before
+-- max_requeues existed get its default.
+DROP VIEW IF EXISTS run_budgets;
+CREATE VIEW run_budgets AS
+SELECT r.run_id,
+       COALESCE((SELECT CAST(c.value_json AS INTEGER) FROM run_changes c
+                  WHERE c.run_id = r.run_id AND c.field = 'run.attempts' ORDER BY c.id DESC LIMIT 1),
+                r.attempts_max) AS attempts_max,
+       COALESCE((SELECT CAST(c.value_json AS INTEGER) FROM run_changes c
+                  WHERE c.run_id = r.run_id AND c.field = 'run.max_requeues' ORDER BY c.id DESC LIMIT 1),
+                json_extract(r.config_json, '$.run.max_requeues'), 20) AS max_requeues
+FROM runs r;
+
+-- Each ended attempt with whether it uses up the instance's budget. api_error and harness_error
+-- attempts do (budgeted = 1), except an api_error the server caused (requeued = 1): one a
+-- restart or a recycle ended (reason server_restarted), or one that failed on a server life the
+-- supervisor detected as wedged. Those are counted apart, against run.max_requeues: a bad server
+-- life must not push innocent instances to infra_failed. interrupted attempts use up neither (the
+-- run was stopped, nothing failed).
+DROP VIEW IF EXISTS attempt_budget;
+CREATE VIEW attempt_budget AS
+SELECT a.attempt_id, a.run_id, a.instance_id, e.status, e.reason,
+       CASE WHEN e.status = 'api_error' AND (e.reason = 'server_restarted' OR EXISTS (
+              SELECT 1 FROM events ev WHERE ev.kind = 'wedge'
+                AND ev.life_id = COALESCE(e.life_id, a.life_id)))
+            THEN 1 ELSE 0 END AS requeued
+FROM attempts a JOIN attempt_ends e ON e.attempt_id = a.attempt_id;
+
 -- One row per instance of each run (run_instances is the denominator). The first model-side
 -- attempt (submitted or early_stop) decides the outcome; there is at most one, because the
--- runner never starts another attempt after it. api_error and harness_error attempts use up the
--- budget (runs.attempts_max); interrupted attempts are retried without using it up (the run was
--- stopped, nothing failed). A submitted patch whose evaluation could not run attempts_max times
--- is infra_failed too. Subqueries are correlated on (run_id, instance_id) so that asking about
--- one instance reads only that instance's rows (index attempts_run).
+-- runner never starts another attempt after it. Budgeted attempts (attempt_budget) use up
+-- run_budgets.attempts_max, requeued ones run_budgets.max_requeues. A submitted patch whose
+-- evaluation could not run attempts_max times is infra_failed too. Subqueries are correlated on
+-- (run_id, instance_id) so that asking about one instance reads only that instance's rows (index
+-- attempts_run).
 DROP VIEW IF EXISTS instance_outcomes;
 CREATE VIEW instance_outcomes AS
 WITH per AS (
-  SELECT ri.run_id, ri.instance_id, ri.position, r.attempts_max,
+  SELECT ri.run_id, ri.instance_id, ri.position, rb.attempts_max, rb.max_requeues,
     (SELECT a.attempt_id FROM attempts a JOIN attempt_ends e ON e.attempt_id = a.attempt_id
       WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
         AND e.status IN ('submitted', 'early_stop')
@@ -265,9 +308,11 @@ WITH per AS (
       WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id) AS n_attempts,
     (SELECT MAX(a.attempt_no) FROM attempts a
       WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id) AS last_attempt_no,
-    (SELECT COUNT(*) FROM attempts a JOIN attempt_ends e ON e.attempt_id = a.attempt_id
-      WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
-        AND e.status IN ('api_error', 'harness_error')) AS n_infra,
+    (SELECT COUNT(*) FROM attempt_budget b
+      WHERE b.run_id = ri.run_id AND b.instance_id = ri.instance_id
+        AND b.status IN ('api_error', 'harness_error') AND b.requeued = 0) AS n_infra,
+    (SELECT COUNT(*) FROM attempt_budget b
+      WHERE b.run_id = ri.run_id AND b.instance_id = ri.instance_id AND b.requeued = 1) AS n_requeued,
     (SELECT COUNT(*) FROM attempts a JOIN attempt_ends e ON e.attempt_id = a.attempt_id
       WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
         AND e.status = 'api_error') AS n_api_error,
@@ -277,11 +322,11 @@ WITH per AS (
     (SELECT COUNT(*) FROM attempts a LEFT JOIN attempt_ends e ON e.attempt_id = a.attempt_id
       WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
         AND e.attempt_id IS NULL) AS n_running
-  FROM run_instances ri JOIN runs r ON r.run_id = ri.run_id
+  FROM run_instances ri JOIN run_budgets rb ON rb.run_id = ri.run_id
 )
-SELECT per.run_id, per.instance_id, per.position, per.attempts_max, per.n_attempts,
+SELECT per.run_id, per.instance_id, per.position, per.attempts_max, per.max_requeues, per.n_attempts,
        COALESCE(per.last_attempt_no, 0) AS last_attempt_no,
-       per.n_infra, per.n_api_error, per.n_interrupted, per.n_running,
+       per.n_infra, per.n_requeued, per.n_api_error, per.n_interrupted, per.n_running,
        per.final_attempt, fe.status AS final_status, fe.reason AS final_reason,
        fv.resolved, COALESCE(fv.n_eval_errors, 0) AS n_eval_errors,
        CASE
@@ -295,6 +340,7 @@ SELECT per.run_id, per.instance_id, per.position, per.attempts_max, per.n_attemp
          WHEN fe.status = 'submitted' THEN 'pending'
          WHEN per.n_running > 0 THEN 'pending'
          WHEN per.n_infra >= per.attempts_max THEN 'infra_failed'
+         WHEN per.n_requeued >= per.max_requeues THEN 'infra_failed'
          ELSE 'pending'
        END AS outcome
 FROM per

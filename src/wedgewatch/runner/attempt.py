@@ -178,6 +178,10 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
     # row itself cannot include the writing of the row).
     span.stop()
     ctx.timings.overhead.append((span.cpu, span.wall))
+    if status == "api_error":
+        # A canary may be deciding whether the server is wedged: if it is, the attempt is
+        # requeued (ledger view attempt_budget), and the next decision must see that.
+        await ctx.server.settle(flight.life_id)
     return status
 
 

@@ -36,6 +36,9 @@ class ServerSide(Protocol):
 
     def note_instance_done(self) -> None: ...
 
+    async def settle(self, life_id: str | None) -> None:
+        """Wait for the verdict (wedged or not) on a life an attempt just failed on."""
+
 
 T = TypeVar("T")
 

@@ -84,23 +84,32 @@ def resume(
     run_id: str,
     *,
     given: Config | None = None,
+    attempts: int | None = None,
     show_progress: bool = False,
     make_sandbox: SandboxFactory | None = None,
     on_context: Callable[[RunContext], None] | None = None,
 ) -> Execution:
     """Resume ``run_id`` with its own config snapshot. A config given on the command line must
-    match the snapshot: a resumed run that changed its settings would not be one run."""
+    match the snapshot: a resumed run that changed its settings would not be one run. The one
+    change a resume can make is ``attempts``: a higher attempt budget, recorded in the ledger as a
+    change of the run, which gives its infra_failed instances their new attempts."""
+    if attempts is not None and attempts < 1:
+        raise BadInput(f"--attempts: {attempts} must be at least 1")
     if not Path(ledger_path).exists():
         raise BadInput(f"--ledger: {ledger_path} does not exist")
     with Ledger(ledger_path) as ledger:
         stored = load_run_config(ledger, run_id)
+        if given is not None and attempts is not None:
+            given = given.model_copy(
+                update={"run": given.run.model_copy(update={"attempts": stored.run.attempts})}
+            )
         if given is not None and given.hash() != stored.hash():
             diff = _first_difference(given.snapshot(), stored.snapshot())
             raise BadInput(
                 f"--resume {run_id}: the config differs from the run's snapshot at {diff}; "
                 "resume without CONFIG (the snapshot is used) or start a new run"
             )
-        cfg, found = resume_run(ledger, run_id)
+        cfg, found = resume_run(ledger, run_id, attempts)
         return _run(
             _execute_with_display(ledger, run_id, cfg, found, show_progress, make_sandbox, on_context)
         )

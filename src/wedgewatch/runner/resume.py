@@ -2,8 +2,10 @@
 
 Nothing is rewritten. Attempts that started and never ended get a new ``attempt_ends`` row with
 status ``interrupted``; server lives the dead run left running are stopped and get their end row
-(``orphaned``); a ``resumed`` run mark records what was found. Then the run goes on with every
-instance whose outcome is not final (the ``instance_next`` view).
+(``orphaned``); a raised attempt budget (``--attempts N``) is a ``run_changes`` row, which turns
+the run's ``infra_failed`` instances back into pending ones; a ``resumed`` run mark records what
+was found. Then the run goes on with every instance whose outcome is not final (the
+``instance_next`` view).
 """
 
 from __future__ import annotations
@@ -102,17 +104,44 @@ def mark_interrupted(ledger: Ledger, run_id: str) -> list[str]:
     return [r["attempt_id"] for r in rows]
 
 
-def prepare(ledger: Ledger, run_id: str) -> dict[str, Any]:
+def raise_attempts(ledger: Ledger, run_id: str, attempts: int) -> dict[str, Any] | None:
+    """Record ``run.attempts = attempts`` as a change of the run (None when it is already that).
+    The budget is only ever raised: lowering it would turn finished work into infra_failed."""
+    current = int(queries.budgets(ledger, run_id)["attempts_max"])
+    if attempts < current:
+        raise BadInput(
+            f"--attempts: {attempts} is below the run's {current} (a resume only raises the budget)"
+        )
+    if attempts == current:
+        return None
+    change = {"field": "run.attempts", "from": current, "to": attempts}
+    ledger.append(
+        "run_changes",
+        {
+            "run_id": run_id,
+            "ts": time.time(),
+            "field": "run.attempts",
+            "value_json": json.dumps(attempts),
+            "previous_json": json.dumps(current),
+            "detail_json": {"pid": os.getpid(), "by": "--resume --attempts"},
+        },
+    )
+    return change
+
+
+def prepare(ledger: Ledger, run_id: str, attempts: int | None = None) -> dict[str, Any]:
     """Everything a resume does before the run goes on; returns what it found (the mark's detail)."""
     queries.resolve_run(ledger, run_id)
     check_not_running(ledger, run_id)
     orphans = stop_orphans(ledger, run_id)
     interrupted = mark_interrupted(ledger, run_id)
+    changed = raise_attempts(ledger, run_id, attempts) if attempts is not None else None
     detail = {
         "pid": os.getpid(),
         "interrupted_attempts": interrupted,
         "orphaned_lives": orphans,
         "unfinished": len(queries.unfinished(ledger, run_id)),
+        **({"changed": [changed]} if changed else {}),
     }
     log.info("resume %s: %s", run_id, detail)
     return detail

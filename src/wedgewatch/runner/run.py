@@ -252,6 +252,9 @@ async def execute(
         loop=asyncio.get_running_loop(),
     )
 
+    # A planned recycle waits for the attempts in flight (supervisor/drain.py).
+    sup.busy = lambda: sum(1 for f in ctx.inflight.values() if f.ended_by is None)
+
     def on_event(ev: Event) -> None:
         if isinstance(ev, Restarting):
             ctx.counters.restarts += 1
@@ -323,7 +326,10 @@ async def execute(
     return result
 
 
-def resume_run(ledger: Ledger, run_id: str) -> tuple[Config, dict[str, Any]]:
-    """Checks and marks before a resumed execution; returns the run's config and what was found."""
+def resume_run(ledger: Ledger, run_id: str, attempts: int | None = None) -> tuple[Config, dict[str, Any]]:
+    """Checks and marks before a resumed execution (``attempts``: raise the budget to that);
+    returns the run's config, with the attempt budget in force, and what was found."""
     cfg = load_run_config(ledger, run_id)
-    return cfg, resume.prepare(ledger, run_id)
+    found = resume.prepare(ledger, run_id, attempts)
+    in_force = int(queries.budgets(ledger, run_id)["attempts_max"])
+    return cfg.model_copy(update={"run": cfg.run.model_copy(update={"attempts": in_force})}), found

@@ -55,6 +55,7 @@ class Life:
     crashed: bool = False
     recycling: bool = False
     restart_due: bool = False  # a restart was decided: hand the life out no more
+    draining: bool = False  # a planned recycle waits for attempts in flight: hand out no new ones
     generated: float | None = None  # the server's generated-tokens counter, last scrape
     reading: Reading | None = None
     last_scrape_ok: float = 0.0

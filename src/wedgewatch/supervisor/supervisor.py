@@ -35,6 +35,7 @@ from wedgewatch.heartbeat import Feed
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import LifeInfo
 from wedgewatch.supervisor import profiles
+from wedgewatch.supervisor.drain import drain
 from wedgewatch.supervisor.life import Life, Recorder, api_key
 from wedgewatch.supervisor.policy import RestartPolicy
 from wedgewatch.supervisor.process import UNKNOWN_EXIT, HookServer, log_tail
@@ -83,12 +84,15 @@ class Supervisor:
         reports = Reports(
             crash=self._crash_seen,
             wedge=self._on_wedge,
-            recycle=lambda reason, life: self._restart(reason, life, counted=False),
+            recycle=self._recycle,
             spawn=self._bg.spawn,
         )
         self.watcher = Watcher(
             cfg, self.starter, self.series, self.rec, clock, self._headers, self.feed, self.policy, reports
         )
+        # Work in flight on the server (the runner sets it to its attempts in flight): a planned
+        # recycle waits for it to reach 0. Nothing set: recycle at once.
+        self.busy: Callable[[], int] = lambda: 0
 
     # --- the Upstream protocol and what the runner reads ------------------------------------
 
@@ -103,6 +107,14 @@ class Supervisor:
     @property
     def failure(self) -> BaseException | None:
         return self._failure
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def current(self) -> Life | None:
+        return self._life
 
     def life(self) -> LifeInfo | None:
         return self._life.info(self.clock()) if self._life else None
@@ -131,7 +143,7 @@ class Supervisor:
             if self._stopping:
                 raise ServerDown("the supervisor is stopped")
             life = self._life
-            if life is not None and life.ready and not life.restart_due:
+            if life is not None and life.ready and not life.restart_due and not life.draining:
                 code = life.proc.poll()
                 if code is None:
                     return
@@ -175,6 +187,15 @@ class Supervisor:
         """The runner reports each attempt's end. ``restart_after_api_errors`` consecutive API
         errors restart the server; errors from an already replaced life do not count."""
         call_in_loop(self._loop, self._note_attempt, api_error, life_id)
+
+    async def settle(self, life_id: str | None) -> None:
+        """Return once the verdict on ``life_id`` is in: a canary in flight there has answered
+        (and a wedge it found is recorded). The runner asks after an api_error, so that an
+        attempt that failed on a wedged server is requeued, not counted against its instance."""
+        life = self._life
+        task = life.probe_task if life is not None and life.life_id == life_id else None
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=self.cfg.canary_timeout + 1.0)
 
     def note_instance_done(self) -> None:
         call_in_loop(self._loop, self._note_instance)
@@ -302,6 +323,12 @@ class Supervisor:
             finally:
                 self._notify()
 
+    async def _recycle(self, reason: str, life: Life) -> None:
+        """A planned restart, after a drain (drain.py): what is still in flight then is ended by
+        the restart, and requeued by the runner."""
+        await drain(life, reason, self)
+        await self._restart(reason, life, counted=False)
+
     # --- watching ------------------------------------------------------------------------------
 
     async def _on_wedge(self, life: Life, evidence: dict[str, Any]) -> None:
@@ -388,8 +415,10 @@ class Supervisor:
 
     def _note_instance(self) -> None:
         reason = self.policy.instance_done()
-        if reason and self._life is not None:
-            self._bg.spawn(self._restart(reason, self._life, counted=False))
+        life = self._life
+        if reason and life is not None and not life.recycling:
+            life.recycling = True
+            self._bg.spawn(self._recycle(reason, life))
 
     def _notify(self) -> None:
         self._changed.set()

@@ -1,0 +1,54 @@
+"""Draining a server life before a planned recycle: hand out no new attempt, let the ones in
+flight finish (up to ``recycle_drain_timeout``), then let the restart go ahead.
+
+Killing in-flight attempts at a recycle would turn a planned, healthy restart into lost work;
+waiting forever would let one slow attempt hold the whole run. A wedge, a crash or a stop during
+the drain ends it at once: their own paths take the life down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Protocol
+
+from wedgewatch.config import ServerConfig
+from wedgewatch.supervisor.life import Life, Recorder
+
+POLL = 0.05  # seconds between two looks at the work in flight
+
+
+class Draining(Protocol):
+    """What a drain reads of the supervisor."""
+
+    cfg: ServerConfig
+    rec: Recorder
+    busy: Callable[[], int]
+    clock: Callable[[], float]
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def current(self) -> Life | None: ...
+
+
+async def drain(life: Life, reason: str, sup: Draining) -> None:
+    """Return once nothing is in flight, the deadline passed, or the life is no longer the one to
+    recycle. ``drain`` and ``drained`` events record what was waited for and what was left."""
+    limit = sup.cfg.recycle_drain_timeout
+    if limit <= 0 or sup.busy() <= 0:
+        return
+    life.draining = True
+    t0 = sup.clock()
+    sup.rec.event("drain", {"reason": reason, "in_flight": sup.busy(), "timeout": limit}, life)
+    while (
+        sup.busy() > 0
+        and sup.clock() - t0 < limit
+        and life is sup.current
+        and not (life.ended or life.wedged or life.crashed or sup.stopping)
+    ):
+        await asyncio.sleep(POLL)
+    sup.rec.event(
+        "drained", {"reason": reason, "left": sup.busy(), "waited": round(sup.clock() - t0, 3)}, life
+    )
