@@ -31,7 +31,7 @@ def build(path: Path) -> None:
         add_attempt(lg, "r1", "empty", 1, "submitted", patch="")
         add_attempt(lg, "r1", "early", 1, "early_stop", "step_limit", patch="")
         add_attempt(lg, "r1", "infra", 1, "api_error", "stall_ttft", duration=5.0)
-        add_attempt(lg, "r1", "infra", 2, "api_error", "server_restarted", duration=7.0)
+        add_attempt(lg, "r1", "infra", 2, "api_error", "connection", duration=7.0)
         add_attempt(lg, "r1", "pend", 1, "harness_error", "sandbox", duration=0.5)
         add_attempt(lg, "r1", "retried", 1, "api_error", "stall_midstream", duration=3.0)
         add_attempt(lg, "r1", "retried", 2, "submitted", patch="diff --git a/z b/z\n", resolved=1)
@@ -67,7 +67,7 @@ def test_results_export_has_every_instance_and_attempt(tmp_path: Path) -> None:
                 "server_age_at_start",
             } <= set(a)
     assert recs["infra"]["outcome"] == "infra_failed" and recs["infra"]["api_error"] is True
-    assert [a["reason"] for a in recs["infra"]["attempts"]] == ["stall_ttft", "server_restarted"]
+    assert [a["reason"] for a in recs["infra"]["attempts"]] == ["stall_ttft", "connection"]
     assert recs["retried"]["outcome"] == "resolved" and recs["retried"]["api_error"] is True
     assert recs["early"]["early_stop"] is True and recs["early"]["resolved"] is False
     assert recs["pend"]["outcome"] == "pending" and recs["pend"]["has_model_outcome"] is False
@@ -104,7 +104,7 @@ def test_csv_export(tmp_path: Path) -> None:
     assert [r["instance_id"] for r in rows] == IDS
     infra = rows[IDS.index("infra")]
     assert infra["outcome"] == "infra_failed" and infra["api_error"] == "1"
-    assert infra["statuses"] == "api_error:stall_ttft api_error:server_restarted"
+    assert infra["statuses"] == "api_error:stall_ttft api_error:connection"
     assert float(infra["infra_seconds"]) == pytest.approx(12.0)
 
 

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from wedgewatch.analysis import confounds, stats, twogroups
+from wedgewatch.analysis.lives import WEDGE_ENDINGS
 from wedgewatch.analysis.summary import summarise
 from wedgewatch.analysis.survival import life_ages
 from wedgewatch.analysis.text import points, rate_text, table
@@ -53,11 +54,6 @@ def _difference(ra: dict[str, Any], rb: dict[str, Any]) -> dict[str, Any]:
         "ci95": [lo, hi],
         "detectable": stats.detectable_difference(ra["n"], rb["n"], pooled),
     }
-
-
-# What counts as a wedged server life: the supervisor's wedge, or a restart after consecutive
-# API errors whose last canary did not answer (survival.py: how most wedges end in practice).
-WEDGE_ENDINGS = ("wedge", "api_errors")
 
 
 def _wedged_lives(ledger: Ledger, run_id: str) -> tuple[int, int]:

@@ -18,7 +18,7 @@ T = TypeVar("T")
 # `wedgewatch --help` lists commands in the order a user meets them, not in import order.
 _ORDER = (
     "demo", "sim", "proxy", "serve", "wrap", "run", "report", "export", "import-report",
-    "audit", "compare", "scan", "plan", "config", "bench", "version",
+    "audit", "compare", "lives", "scan", "plan", "config", "bench", "version",
 )  # fmt: skip
 
 
