@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.8
 PYTEST_ARGS ?=
 
-.PHONY: install system-tools demo test check bench lock clean
+.PHONY: install system-tools demo test check bench lock clean ablation
 
 install: system-tools $(STAMP)
 
@@ -43,6 +43,11 @@ check: $(STAMP)
 	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# The 2^(4-1) ablation of the story's procedure, run for real on the simulator over 3 seeds, and
+# whether the analysis recovers the scenario's ground truth (docs/analysis.md). Slow: not in `test`.
+ablation: $(STAMP)
+	$(BIN)/python -m wedgewatch.analysis.plan.ablation --seeds 3
 
 bench: $(STAMP)
 	$(BIN)/wedgewatch bench proxy

@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 
 from ledger_helpers import add_attempt, dump, make_run, next_actions, outcomes
+from wedgewatch.clock import SYSTEM
 from wedgewatch.config import Config, ServerConfig, validate
 from wedgewatch.errors import BadInput
 from wedgewatch.ledger import Ledger, queries
 from wedgewatch.runner import resume
-from wedgewatch.vocab import SERVER_RESTARTED as REQUEUED
 from wedgewatch.supervisor.drain import drain
 from wedgewatch.supervisor.life import Life, Recorder
 from wedgewatch.supervisor.watch import WedgeDetector
+from wedgewatch.vocab import SERVER_RESTARTED as REQUEUED
 
 
 def _row(lg: Ledger, run_id: str, iid: str) -> dict[str, object]:
@@ -108,9 +109,9 @@ class _Sup:
 
     def __init__(self, lg: Ledger, timeout: float, busy: list[int]) -> None:
         self.cfg = ServerConfig(recycle_drain_timeout=timeout)
-        self.rec = Recorder(lg, "r", time.monotonic)
+        self.rec = Recorder(lg, "r", SYSTEM)
         self.busy = lambda: busy[0]
-        self.clock = time.monotonic
+        self.clock = SYSTEM
         self.stopping = False
         self.current: Life | None = None
 

@@ -10,8 +10,7 @@ from typing import Annotated
 
 import typer
 
-from wedgewatch.cli._app import app
-from wedgewatch.cli.report import open_ledger
+from wedgewatch.cli._app import LedgerOption, app, open_ledger
 from wedgewatch.errors import BadInput
 
 
@@ -20,9 +19,7 @@ def lives_cmd(
     run_ids: Annotated[
         list[str] | None, typer.Argument(help="Runs whose lives are pooled (default: the latest run).")
     ] = None,
-    ledger: Annotated[
-        Path | None, typer.Option("--ledger", help="Ledger file (default: wedgewatch.sqlite).")
-    ] = None,
+    ledger: LedgerOption = None,
     by: Annotated[
         str, typer.Option("--by", help="Age of a life in instances (finished), requests or tokens.")
     ] = "instances",

@@ -8,10 +8,10 @@ the drain ends it at once: their own paths take the life down.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
+from wedgewatch.clock import Clock
 from wedgewatch.config import ServerConfig
 from wedgewatch.supervisor.life import Life, Recorder
 
@@ -24,7 +24,7 @@ class Draining(Protocol):
     cfg: ServerConfig
     rec: Recorder
     busy: Callable[[], int]
-    clock: Callable[[], float]
+    clock: Clock
 
     @property
     def stopping(self) -> bool: ...
@@ -48,7 +48,7 @@ async def drain(life: Life, reason: str, sup: Draining) -> None:
         and life is sup.current
         and not (life.ended or life.wedged or life.crashed or sup.stopping)
     ):
-        await asyncio.sleep(POLL)
+        await sup.clock.sleep(POLL)
     sup.rec.event(
         "drained", {"reason": reason, "left": sup.busy(), "waited": round(sup.clock() - t0, 3)}, life
     )
