@@ -84,8 +84,13 @@ def test_a_container_run_needs_no_mirror_and_no_host_work_tree(tmp_path: Path) -
     suite = load_suite(SuiteConfig(path=str(path)))
     with pytest.raises(SuiteError, match="django__django-11099"):
         check_repositories(Config(), suite)  # local: no mirror, not bundled
-    check_repositories(Config.model_validate({"sandbox": {"kind": "container"}}), suite)
-    command_in_container = {"sandbox": {"kind": "container"}, "agent": {"name": "command"}}
+    in_podman = {"kind": "container", "container_cli": "podman"}
+    check_repositories(Config.model_validate({"sandbox": in_podman}), suite)
+    with pytest.raises(BadInput, match="`no-such-cli` is not installed"):
+        check_repositories(
+            Config.model_validate({"sandbox": {**in_podman, "container_cli": "no-such-cli"}}), suite
+        )
+    command_in_container = {"sandbox": in_podman, "agent": {"name": "command"}}
     with pytest.raises(BadInput, match="runs its program on the host"):
         check_repositories(Config.model_validate(command_in_container), suite)
 

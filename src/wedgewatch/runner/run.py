@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -153,6 +154,12 @@ def check_repositories(cfg: Config, suite: Suite) -> None:
             "agent.name = command runs its program on the host, in the work tree: a container "
             "has none there (use sandbox.kind local or bwrap, or an agent that runs commands "
             "through the sandbox: bash, mini-swe-agent)"
+        )
+    tool = {"bwrap": "bwrap", "container": cfg.sandbox.container_cli}.get(cfg.sandbox.kind)
+    if tool and shutil.which(tool) is None:  # or every attempt of every instance would fail alike
+        raise BadInput(
+            f"sandbox.kind = {cfg.sandbox.kind}: `{tool}` is not installed "
+            "(Debian: apt-get install bubblewrap podman runc; `make install` does it as root)"
         )
     if cfg.sandbox.kind not in NEEDS_REPOSITORY:
         return  # the instance's image holds its repository

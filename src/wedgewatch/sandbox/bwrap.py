@@ -22,7 +22,7 @@ import shutil
 from collections.abc import Mapping
 
 from wedgewatch.errors import SandboxError
-from wedgewatch.sandbox.limits import PidsCgroup, prlimit_argv
+from wedgewatch.sandbox.limits import PidsCgroup, prlimit_argv, user_nproc
 from wedgewatch.sandbox.local import LocalSandbox
 
 INSTALL_HINT = "install bubblewrap (Debian: apt-get install bubblewrap; `make install` does it as root)"
@@ -43,7 +43,10 @@ class BwrapSandbox(LocalSandbox):
     def _argv(self, command: str, env: Mapping[str, str] | None) -> list[str]:
         cfg = self.settings
         root = str(self.root)
-        argv = [*(self._cgroup.enter_argv() if self._cgroup else []), *prlimit_argv(cfg)]
+        if self._cgroup is not None:
+            argv = [*self._cgroup.enter_argv(), *prlimit_argv(cfg)]
+        else:  # RLIMIT_NPROC alone: it counts all of this user's processes
+            argv = prlimit_argv(cfg, user_nproc(cfg.processes))
         argv += ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         if cfg.network:
             argv.append("--share-net")

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.config import SandboxConfig
 from wedgewatch.errors import SandboxError
 from wedgewatch.sandbox.images import cli_env, cli_run, image_for, image_present, is_podman
 from wedgewatch.sandbox.local import LocalSandbox, _safe
@@ -84,7 +85,7 @@ class ContainerSandbox(LocalSandbox):
         *,
         repos_dir: Path | None = None,
         keep: bool = False,
-        settings: Any = None,
+        settings: SandboxConfig | None = None,
     ) -> ContainerSandbox:
         """Start a container of the instance's image; ``root`` keeps only the host side (the
         directory commands' CLI processes run in). ``repos_dir`` is not used: the image holds the

@@ -25,17 +25,30 @@ _V1 = Path("/sys/fs/cgroup/pids")
 _V2 = Path("/sys/fs/cgroup")
 
 
-def prlimit_argv(cfg: SandboxConfig) -> list[str]:
-    """``prlimit`` with the configured limits, ready for the command's argv to follow."""
+def prlimit_argv(cfg: SandboxConfig, nproc: int | None = None) -> list[str]:
+    """``prlimit`` with the configured limits, ready for the command's argv to follow.
+    ``nproc`` replaces ``processes`` as RLIMIT_NPROC (see ``user_nproc``)."""
     return [
         "prlimit",
         f"--cpu={cfg.cpu_seconds}",
         f"--as={cfg.memory_mb * _MIB}",
         f"--fsize={cfg.file_size_mb * _MIB}",
-        f"--nproc={cfg.processes}",
+        f"--nproc={nproc or cfg.processes}",
         f"--nofile={cfg.open_files}",
         "--",
     ]
+
+
+def user_nproc(processes: int) -> int:
+    """RLIMIT_NPROC that lets a sandbox hold ``processes`` more: the limit counts every process
+    of the user, so a user already running hundreds would otherwise be unable to fork at all."""
+    uid, mine = os.getuid(), 0
+    for entry in Path("/proc").iterdir():
+        try:
+            mine += entry.name.isdigit() and entry.stat().st_uid == uid
+        except OSError:
+            continue
+    return mine + processes
 
 
 def _pids_root() -> Path | None:
