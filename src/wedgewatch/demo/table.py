@@ -19,7 +19,9 @@ def aggregate(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def _num(x: float, decimals: int = 0) -> str:
-    return f"{x:,.{decimals}f}" if decimals or x != int(x) else f"{int(x):,}"
+    if not decimals and x != int(x):
+        decimals = 1  # a median of an even number of seeds: 9.5, not a rounded 10
+    return f"{x:,.{decimals}f}" if decimals else f"{int(x):,}"
 
 
 def cell(agg: dict[str, dict[str, float]], key: str, decimals: int = 0) -> str:
