@@ -153,3 +153,14 @@ async def test_a_drain_waits_for_work_up_to_its_deadline_and_stops_at_a_wedge(tm
         n = len(_drain_events(lg))
         await drain(_a_life(), "recycle_tokens", sup)  # nothing in flight: no drain at all
         assert len(_drain_events(lg)) == n
+
+
+def test_max_requeues_zero_is_a_harness_without_wedgewatch(tmp_path: Path) -> None:
+    cfg = validate({"run": {"max_requeues": 0}}, "t")
+    with Ledger(tmp_path / "l.sqlite") as lg:
+        make_run(lg, "r", ["a"], attempts_max=2, cfg=cfg)
+        add_attempt(lg, "r", "a", 1, "api_error", reason=REQUEUED)
+        assert outcomes(lg, "r") == {"a": "pending"}
+        add_attempt(lg, "r", "a", 2, "api_error", reason=REQUEUED)
+        assert outcomes(lg, "r") == {"a": "infra_failed"}  # both used the budget
+        assert (_row(lg, "r", "a")["n_infra"], _row(lg, "r", "a")["n_requeued"]) == (2, 0)

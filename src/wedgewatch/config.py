@@ -302,10 +302,11 @@ class RunConfig(_Section):
     """Attempts per instance; only infrastructure failures use up more than one. Attempts the
     server ended (a restart, a recycle, a detected wedge) do not count: they are requeued, up to
     `max_requeues`. Raise it for a finished run with `wedgewatch run --resume RUN --attempts N`."""
-    max_requeues: int = Field(20, ge=1)
+    max_requeues: int = Field(20, ge=0)
     """Attempts of one instance the server may end (restart, recycle, detected wedge) before the
     instance is `infra_failed` anyway. Generous: only a server that keeps dying reaches it, and
-    then the run should stop wasting time on it."""
+    then the run should stop wasting time on it. 0: no requeue, every api_error uses up
+    `attempts` (a harness without wedgewatch, as the demo's naive arms replay)."""
     ledger: str = "wedgewatch.sqlite"
     """Ledger file (SQLite)."""
     workdir: str = ".wedgewatch/work"

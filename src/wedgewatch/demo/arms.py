@@ -23,6 +23,8 @@ RECORDER = {"record_only": True}
 # The SDK's defaults: 600 s and two silent retries (the story's 1,802 s per hung request).
 SDK_DEFAULTS = {"client_timeout": 600.0, "client_retries": 2}
 NO_RESTARTS = {"restart_on_wedge": False, "restart_on_crash": False, "restart_after_api_errors": 0}
+# A harness without wedgewatch counts every failed attempt against its budget: no requeue.
+NO_REQUEUE = {"max_requeues": 0}
 ADAPTER = ("story-lora", "/adapters/story-lora")
 """The seed's adapter, served under its own name (the simulator takes any path)."""
 
@@ -50,7 +52,7 @@ ARMS: dict[str, Arm] = {
                 "server": {"warmup": {"count": 0}, **NO_RESTARTS},
                 "watchdog": RECORDER,
                 "agent": SDK_DEFAULTS,
-                "run": {"attempts": 1},
+                "run": {"attempts": 1, **NO_REQUEUE},
             },
         ),
         Arm("guarded", "guarded (wedgewatch)", True),
@@ -64,7 +66,7 @@ ARMS: dict[str, Arm] = {
                 "server": {"warmup": {"count": 2}, **NO_RESTARTS, "restart_after_api_errors": 2},
                 "watchdog": RECORDER,
                 "agent": {"client_timeout": 240.0, "client_retries": 0},
-                "run": {"attempts": 3},
+                "run": {"attempts": 3, **NO_REQUEUE},
             },
         ),
         Arm(
@@ -75,7 +77,7 @@ ARMS: dict[str, Arm] = {
                 "server": {"warmup": {"count": 2}, **NO_RESTARTS},
                 "watchdog": RECORDER,
                 "agent": SDK_DEFAULTS,
-                "run": {"attempts": 1},
+                "run": {"attempts": 1, **NO_REQUEUE},
             },
         ),
     )

@@ -278,12 +278,15 @@ FROM runs r;
 -- attempts do (budgeted = 1), except an api_error the server caused (requeued = 1): one a
 -- restart or a recycle ended (reason server_restarted), or one that failed on a server life the
 -- supervisor detected as wedged. Those are counted apart, against run.max_requeues: a bad server
--- life must not push innocent instances to infra_failed. interrupted attempts use up neither (the
--- run was stopped, nothing failed).
+-- life must not push innocent instances to infra_failed. run.max_requeues = 0 turns this off (a
+-- harness without wedgewatch). interrupted attempts use up neither (the run was stopped, nothing
+-- failed).
 DROP VIEW IF EXISTS attempt_budget;
 CREATE VIEW attempt_budget AS
 SELECT a.attempt_id, a.run_id, a.instance_id, e.status, e.reason,
-       CASE WHEN e.status = 'api_error' AND (e.reason = 'server_restarted' OR EXISTS (
+       CASE WHEN e.status = 'api_error'
+              AND (SELECT rb.max_requeues FROM run_budgets rb WHERE rb.run_id = a.run_id) > 0
+              AND (e.reason = 'server_restarted' OR EXISTS (
               SELECT 1 FROM events ev WHERE ev.kind = 'wedge'
                 AND ev.life_id = COALESCE(e.life_id, a.life_id)))
             THEN 1 ELSE 0 END AS requeued
@@ -340,7 +343,7 @@ SELECT per.run_id, per.instance_id, per.position, per.attempts_max, per.max_requ
          WHEN fe.status = 'submitted' THEN 'pending'
          WHEN per.n_running > 0 THEN 'pending'
          WHEN per.n_infra >= per.attempts_max THEN 'infra_failed'
-         WHEN per.n_requeued >= per.max_requeues THEN 'infra_failed'
+         WHEN per.max_requeues > 0 AND per.n_requeued >= per.max_requeues THEN 'infra_failed'
          ELSE 'pending'
        END AS outcome
 FROM per
