@@ -85,6 +85,10 @@ def run_wrapped(tmp_path: Path, cfg: Path, out: str, *extra: str, rerun: Path | 
     argv += ["-o", str(tmp_path / out), "-w", "4", "-m", "openai/sim-model", "--environment-class", "local"]
     argv += ["-c", "swebench.yaml", "-c", f"environment.cwd={tmp_path / 'work'}", "-c", "agent.cost_limit=0"]
     argv += ["-c", "environment.timeout=3"]  # a command that hangs costs 3 s, not mini's 60
+    # swebench.yaml sets BASH_ENV=/root/.bashrc for its containers; with the local environment
+    # that is this host's .bashrc, whose `eval "$(pyenv init -)"` re-enters itself through
+    # BASH_ENV in every bash pyenv starts: an unbounded fork tree (seen here: 15,000 processes).
+    argv += ["-c", "environment.env.BASH_ENV=/dev/null"]
     argv += list(extra)
     with (tmp_path / f"{out}.log").open("w") as log:
         done = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=240, cwd=tmp_path)

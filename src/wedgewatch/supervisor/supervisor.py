@@ -23,12 +23,8 @@ from wedgewatch.events import (
     Crashed,
     Event,
     EventBus,
-    RequestEnded,
-    RequestOk,
     Restarting,
     ServerReady,
-    Stalled,
-    UpstreamFailed,
     Wedged,
 )
 from wedgewatch.heartbeat import Feed
@@ -378,28 +374,8 @@ class Supervisor:
 
     def _on_proxy_event(self, ev: Event) -> None:
         life = self._life
-        if life is None or not life.ready or not isinstance(ev, RequestEnded):
-            return
-        if ev.life_id not in (None, life.life_id):
-            return  # a request an earlier life served
-        life.proxy_requests += 1
-        if isinstance(ev, RequestOk | Stalled):
-            life.proxy_tokens += ev.tokens_out
-        code = life.proc.poll() if isinstance(ev, UpstreamFailed) else None
-        if code is not None:
-            self._crash_seen(life, code)  # a refused connection from a dead process: no canary needed
-            return
-        if (
-            not isinstance(ev, RequestOk)
-            and not life.wedged
-            and life.probe_task is None
-            and not self._stopping
-        ):
-            trigger = {
-                **{k: v for k, v in ev.detail.items() if isinstance(v, str | int | float)},
-                "event": ev.kind,
-            }
-            life.probe_task = self._bg.spawn(self.watcher.probe(life, trigger))
+        if life is not None and life.ready:
+            self.watcher.hear(life, ev, probe=not self._stopping)
 
     def _note_attempt(self, api_error: bool, life_id: str | None) -> None:
         life = self._life

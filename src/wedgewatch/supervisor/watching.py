@@ -14,6 +14,7 @@ from typing import Any
 
 from wedgewatch.clock import Clock
 from wedgewatch.config import ServerConfig
+from wedgewatch.events import Event, RequestEnded, RequestOk, Stalled, UpstreamFailed
 from wedgewatch.heartbeat import Feed
 from wedgewatch.supervisor.life import Life, Recorder
 from wedgewatch.supervisor.policy import RestartPolicy
@@ -112,3 +113,22 @@ class Watcher:
             await self.reports.wedge(life, evidence)
         finally:
             life.probe_task = None
+
+    def hear(self, life: Life, ev: Event, probe: bool = True) -> None:
+        """What the proxy saw on ``life``: a finished request counts toward its age; a refused
+        connection from a dead process is a crash; a stall or an upstream error asks a canary."""
+        if not isinstance(ev, RequestEnded) or ev.life_id not in (None, life.life_id):
+            return  # not a request, or one an earlier life served
+        life.proxy_requests += 1
+        if isinstance(ev, RequestOk | Stalled):
+            life.proxy_tokens += ev.tokens_out
+        code = life.proc.poll() if isinstance(ev, UpstreamFailed) else None
+        if code is not None:
+            self.reports.crash(life, code)  # no canary needed
+            return
+        if probe and not isinstance(ev, RequestOk) and not life.wedged and life.probe_task is None:
+            trigger = {
+                **{k: v for k, v in ev.detail.items() if isinstance(v, str | int | float)},
+                "event": ev.kind,
+            }
+            life.probe_task = self.reports.spawn(self.probe(life, trigger))
