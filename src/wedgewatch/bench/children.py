@@ -6,8 +6,11 @@ import os
 import selectors
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
+
+from wedgewatch.bench.procfs import group_pids
 
 
 def pinned(cpus: set[int] | None) -> Any:
@@ -29,6 +32,11 @@ def stop_group(p: subprocess.Popen[Any]) -> None:
         pass
     if p.poll() is None:
         p.wait(5)
+    # SIGKILL is delivered at once but a member's exit is not: wait until none is left running
+    # (zombies aside), so "stopped" means stopped for whoever looks next.
+    deadline = time.monotonic() + 5
+    while group_pids(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 class Server:
