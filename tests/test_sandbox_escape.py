@@ -110,3 +110,19 @@ def test_cpu_time_past_the_limit_ends_the_command(new_box: Callable[..., Sandbox
     res = new_box(cpu_seconds=1).run("while :; do :; done", timeout=60)
     assert not res.timed_out and res.exit_code not in (0, None)
     assert time.monotonic() - t0 < 30
+
+
+def test_memory_past_the_limit_is_refused(new_box: Callable[..., Sandbox]) -> None:
+    # 512 MiB asked for, 128 MiB allowed (bwrap: RLIMIT_AS; container: the container's memory):
+    # the allocation fails or the process is killed, and never completes.
+    res = new_box(memory_mb=128).run(
+        "python3 -c \"b = bytearray(512 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); print('allocated')\"",
+        timeout=60,
+    )
+    assert "allocated" not in res.output, res.output
+    assert res.exit_code not in (0, None), res.output
+    # The same command within the limit completes: the refusal above is the limit's doing.
+    ok = new_box(memory_mb=1024).run(
+        "python3 -c \"b = bytearray(64 * 1024 * 1024); print('allocated')\"", timeout=60
+    )
+    assert ok.exit_code == 0 and "allocated" in ok.output, ok.output
