@@ -141,7 +141,7 @@ class ContainerSandbox(LocalSandbox):
         if not cfg.network:
             argv += ["--network", "none"]
         argv += [*cfg.container_args, self.image, *KEEPALIVE]
-        started = cli_run(argv, 300, f"{iid}: {self.cli} run")
+        started = cli_run(argv, 300, f"{iid}: {self.cli} run", cwd=self.root)
         if started.returncode != 0:
             self.container = ""
             raise SandboxError(

@@ -50,12 +50,15 @@ def is_podman(cli: str) -> bool:
 
 
 def cli_run(
-    argv: list[str], timeout: float, what: str, *, tracked: bool = True
+    argv: list[str], timeout: float, what: str, *, tracked: bool = True, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run a container CLI command in a process group of the run's list (``groups.spawn``: a run
     that stops kills it); a CLI that is missing or hangs is a SandboxError. ``tracked=False`` is
-    for the clean-up (``rm -f``) that must still run while the run is stopping."""
-    popen: dict[str, Any] = {"env": cli_env(), "stdin": subprocess.DEVNULL}
+    for the clean-up (``rm -f``) that must still run while the run is stopping. ``cwd``: where the
+    CLI runs; ``run`` is given the sandbox's own directory, because podman's conmon (which lives
+    as long as the container) writes an ``oom`` file into its working directory when the
+    container is OOM-killed."""
+    popen: dict[str, Any] = {"env": cli_env(), "stdin": subprocess.DEVNULL, "cwd": cwd}
     popen.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         if tracked:
