@@ -24,6 +24,7 @@ import signal
 from collections.abc import Mapping, Sequence
 
 from wedgewatch.errors import BadInput
+from wedgewatch.supervisor.process import group_alive
 
 log = logging.getLogger(__name__)
 
@@ -89,16 +90,6 @@ def _signal_group(pgid: int, sig: signal.Signals) -> bool:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
