@@ -214,3 +214,35 @@ def test_outcome_of_one_instance_reads_only_its_rows(tmp_path: Path) -> None:
             )
         )
         assert "SCAN a" not in plan and "SCAN attempts" not in plan, plan
+
+
+def test_version_4_file_gets_the_member_column_on_server_lives(tmp_path: Path) -> None:
+    path = tmp_path / "v4.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL,"
+        " tool_version TEXT NOT NULL);"
+        "INSERT INTO schema_migrations VALUES (4, 0.0, '0');"
+        "CREATE TABLE server_lives (life_id TEXT PRIMARY KEY, run_id TEXT, profile TEXT NOT NULL,"
+        " argv_json TEXT, flags_json TEXT, base_url TEXT NOT NULL, pid INTEGER,"
+        " start_reason TEXT NOT NULL, started_at REAL NOT NULL, log_path TEXT);"
+        "INSERT INTO server_lives VALUES ('old', NULL, 'sim', NULL, NULL, 'http://x', 1, 'initial', 1.0, NULL);"
+    )
+    conn.close()
+    with Ledger(path) as lg:
+        assert lg.schema_version() == SCHEMA_VERSION
+        assert "member" in {r[1] for r in lg.query("PRAGMA table_info(server_lives)")}
+        lg.append(
+            "server_lives",
+            {
+                "life_id": "new",
+                "profile": "sim",
+                "base_url": "http://y",
+                "start_reason": "initial",
+                "started_at": 2.0,
+                "member": "s1",
+            },
+        )
+        got = {r["life_id"]: r["member"] for r in lg.query("SELECT life_id, member FROM server_life_view")}
+        assert got == {"old": None, "new": "s1"}

@@ -5,7 +5,8 @@ start; a server life's end is a row in ``server_life_ends``. Instance outcomes, 
 retry are views. Bump SCHEMA_VERSION with every change and add a migration step in store.py.
 """
 
-SCHEMA_VERSION = 4  # 3: harness_runs, harness_run_ends (wedgewatch wrap); 4: run_changes
+SCHEMA_VERSION = 5  # 3: harness_runs, harness_run_ends (wedgewatch wrap); 4: run_changes;
+# 5: server_lives.member (a pool of servers, [[servers]])
 
 # Columns added after version 1, per version: (table, column, type). A ledger written by an older
 # wedgewatch gets them with ALTER TABLE ... ADD COLUMN (existing rows read NULL there); fresh
@@ -21,6 +22,7 @@ ADDED_COLUMNS: dict[int, list[tuple[str, str, str]]] = {
         ("attempt_ends", "age_tokens", "INTEGER"),
     ],
     4: [],  # the table run_changes (CREATE TABLE IF NOT EXISTS makes it in older files)
+    5: [("server_lives", "member", "TEXT")],
 }
 
 TABLES = """
@@ -110,7 +112,8 @@ CREATE TABLE IF NOT EXISTS server_lives (
     pid INTEGER,
     start_reason TEXT NOT NULL,
     started_at REAL NOT NULL,
-    log_path TEXT
+    log_path TEXT,
+    member TEXT  -- the pool member ([[servers]] name) this life belongs to; NULL before version 5
 );
 
 -- When a server life became ready, and its warm-up results.
