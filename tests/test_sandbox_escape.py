@@ -105,6 +105,27 @@ def test_a_file_cannot_grow_past_the_size_limit(new_box: Callable[..., Sandbox])
     assert int(tmp.output.split()[-2]) <= 4 * 1024 + 64, tmp.output
 
 
+def test_many_files_in_the_work_tree_stop_at_the_disk_quota(new_box: Callable[..., Sandbox]) -> None:
+    # 64 files of 1 MiB, each under the file-size limit, into a work tree with a 16 MiB quota:
+    # the writes stop with "No space left on device" near the quota, and the tree still works.
+    box = new_box(disk_mb=16, file_size_mb=8)
+    res = box.run(
+        "for i in $(seq 1 64); do head -c 1048576 /dev/zero > fill$i 2>/dev/null || break; done;"
+        " echo written=$(cat fill* | wc -c); head -c 1048576 /dev/zero > one-more; echo rc=$?",
+        timeout=120,
+    )
+    written = int(res.output.split("written=", 1)[1].split()[0])
+    assert 4 * 1024 * 1024 < written <= 16 * 1024 * 1024, res.output
+    assert "rc=1" in res.output, res.output
+    assert box.run("rm -f fill* one-more && git status --porcelain | wc -l", timeout=60).exit_code == 0
+    # The same writes without a quota go through: the stop above is the quota's doing.
+    free = new_box(disk_mb=0, file_size_mb=8).run(
+        "for i in $(seq 1 24); do head -c 1048576 /dev/zero > fill$i || exit 1; done; cat fill* | wc -c",
+        timeout=120,
+    )
+    assert free.exit_code == 0 and int(free.output.split()[-1]) == 24 * 1024 * 1024, free.output
+
+
 def test_cpu_time_past_the_limit_ends_the_command(new_box: Callable[..., Sandbox]) -> None:
     t0 = time.monotonic()
     res = new_box(cpu_seconds=1).run("while :; do :; done", timeout=60)

@@ -180,9 +180,11 @@ class SandboxConfig(_Section):
     """Open files per process (RLIMIT_NOFILE)."""
     tmp_size_mb: int = Field(512, ge=1)
     """Size of the private /tmp in MiB (a tmpfs of the sandbox's own)."""
-    uid_base: int = Field(200_000, ge=1000)
-    """bwrap run by root: each sandbox runs as its own uid, picked from `uid_base` to
-    `uid_base + 65535`, so its process limit and its signals reach only its own processes."""
+    disk_mb: int = Field(8192, ge=0)
+    """Disk quota of a sandbox in MiB, whatever the number of files: bwrap (as root), the work
+    tree, HOME and TMPDIR on a loop-mounted ext4 of this size (sparse: only what is written uses
+    the host's disk); container, the repository directory (`workdir`) on a tmpfs of this size
+    filled from the image (it counts against `memory_mb`). 0: no quota."""
 
 
 class RunConfig(_Section):

@@ -6,7 +6,8 @@ does nothing, how late a timeout returns; then, for the isolating backends only 
 they would be real), the escape attempts, each judged from the host:
 a write outside the work tree, a connection to a port listening on the host's loopback, a kill
 of a host process, a fork bomb (its peak process count, seen in the host's process table), a
-file written past the size limit, /tmp filled past its size, and whether anything is left
+file written past the size limit, /tmp filled past its size, many files written into the work tree
+past the disk quota, and whether anything is left
 running afterwards.
 """
 
@@ -104,9 +105,16 @@ def _disk(box: Sandbox) -> dict[str, Any]:
         "for i in $(seq 16); do dd if=/dev/zero of=/tmp/f$i bs=1M count=1 2>/dev/null; done; du -skx /tmp",
         timeout=60,
     )
+    # Many files, each under the file-size limit, into the work tree: only the disk quota stops them.
+    tree = box.run(
+        "for i in $(seq 64); do head -c 1048576 /dev/zero > fill$i 2>/dev/null || break; done;"
+        " cat fill* | wc -c; rm -f fill*",
+        timeout=120,
+    )
     return {
         "largest_file_bytes": int(big.output.split()[-1]),
         "tmp_filled_kib": int(tmp.output.split()[-2]),
+        "work_tree_filled_bytes": int(tree.output.split()[-1]),
     }
 
 
@@ -149,7 +157,7 @@ def measure(kind: str, cfg: SandboxConfig, commands: int = 20) -> dict[str, Any]
 def run(kinds: list[str], cli: str, container_args: list[str], image: str | None) -> dict[str, Any]:
     """Every backend in ``kinds``; the container one needs ``image`` (a testbed image is built
     with ``cli`` when it is None)."""
-    limits = {"processes": BOMB_LIMIT, "file_size_mb": 4, "tmp_size_mb": 8}
+    limits = {"processes": BOMB_LIMIT, "file_size_mb": 4, "tmp_size_mb": 8, "disk_mb": 16}
     out: dict[str, Any] = {"host": {"uid": os.getuid(), "cpus": os.cpu_count()}, "limits": limits}
     for kind in kinds:
         extra: dict[str, Any] = {}

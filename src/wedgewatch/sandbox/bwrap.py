@@ -9,7 +9,8 @@ What a command sees and may do (docs/sandboxes.md has the measured figures):
 - its own PID namespace (no process outside is visible, so none can be signalled), no
   capabilities, a new session (no terminal injection);
 - rlimits (CPU seconds, address space, file size, open files, processes) and, when wedgewatch
-  runs as root, a pids cgroup of the sandbox's own, so a fork bomb stops at ``processes``;
+  runs as root, a pids cgroup of the sandbox's own, so a fork bomb stops at ``processes``, and a
+  disk quota (``disk_mb``: the sandbox's directory is a loop-mounted file system of that size);
 - killed as a whole at its timeout: the process group, then everything left in its cgroup, and
   the namespace dies with its first process (``--die-with-parent``).
 
@@ -22,6 +23,7 @@ import shutil
 from collections.abc import Mapping
 
 from wedgewatch.errors import SandboxError
+from wedgewatch.sandbox.disk import LoopDisk
 from wedgewatch.sandbox.limits import PidsCgroup, prlimit_argv, user_nproc
 from wedgewatch.sandbox.local import LocalSandbox
 
@@ -32,6 +34,7 @@ class BwrapSandbox(LocalSandbox):
     """A LocalSandbox whose commands run under bubblewrap (see the module docstring)."""
 
     _cgroup: PidsCgroup | None = None
+    _disk: LoopDisk | None = None
 
     def _prepare(self) -> None:
         for tool in ("bwrap", "prlimit"):
@@ -39,6 +42,8 @@ class BwrapSandbox(LocalSandbox):
                 hint = INSTALL_HINT if tool == "bwrap" else "install util-linux"
                 raise SandboxError(f"sandbox kind bwrap: `{tool}` is not on PATH: {hint}")
         self._cgroup = PidsCgroup.create(self.settings.processes)
+        if self.settings.disk_mb:
+            self._disk = LoopDisk.create(self.root, self.settings.disk_mb)
 
     def _argv(self, command: str, env: Mapping[str, str] | None) -> list[str]:
         cfg = self.settings
@@ -63,4 +68,7 @@ class BwrapSandbox(LocalSandbox):
         if self._cgroup is not None:
             self._cgroup.remove()
             self._cgroup = None
+        if self._disk is not None and not (self.keep and not force):
+            self._disk.remove()
+            self._disk = None
         super().close(force)

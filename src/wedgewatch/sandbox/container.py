@@ -3,7 +3,8 @@ the instance's own ``image_name``), driven through the Docker or the Podman CLI.
 
 The container is started detached on a sleeping shell (as mini-swe-agent starts its own) with
 no network unless ``[sandbox] network``, the limits of ``[sandbox]`` (``--pids-limit``, memory,
-``--ulimit`` nofile/nproc/cpu/fsize) and ``container_args``. Each command is a ``<cli> exec`` of
+``--ulimit`` nofile/nproc/cpu/fsize, the repository directory on a tmpfs of ``disk_mb``) and
+``container_args``. Each command is a ``<cli> exec`` of
 ``bash -lc`` in the repository directory (``/testbed``); when it ends, everything it started is
 killed (every process of the container but its first, from inside), and at its timeout
 the same is done from outside. The patch is ``git diff`` inside; the container is removed
@@ -64,6 +65,19 @@ def _remove_leftovers() -> None:
                 [cli, "rm", "-f", *(["-t", "0"] if is_podman(cli) else []), name], 60, "rm", tracked=False
             )
     _LIVE.clear()
+
+
+def _disk_argv(cli: str, cfg: SandboxConfig) -> list[str]:
+    """The repository directory on a tmpfs of ``disk_mb``, filled from the image's own (a
+    container's writable layer has no quota on overlay over ext4, the common case)."""
+    if not cfg.disk_mb:
+        return []
+    if is_podman(cli):  # podman copies the image's directory into a --tmpfs (tmpcopyup, its default)
+        return ["--tmpfs", f"{cfg.workdir}:rw,size={cfg.disk_mb}m,tmpcopyup"]
+    # Docker's --tmpfs starts empty; an anonymous volume on tmpfs is filled from the image. Not
+    # run here: no Docker engine on the development host (docs/sandboxes.md).
+    opts = f"volume-opt=type=tmpfs,volume-opt=device=tmpfs,volume-opt=o=size={cfg.disk_mb}m"
+    return ["--mount", f"type=volume,dst={cfg.workdir},{opts}"]
 
 
 class ContainerSandbox(LocalSandbox):
@@ -137,7 +151,7 @@ class ContainerSandbox(LocalSandbox):
             ("fsize", cfg.file_size_mb * _MIB),
         ):
             argv += ["--ulimit", f"{name}={value}:{value}"]
-        argv += ["--tmpfs", f"/tmp:rw,mode=1777,size={cfg.tmp_size_mb}m"]
+        argv += ["--tmpfs", f"/tmp:rw,mode=1777,size={cfg.tmp_size_mb}m", *_disk_argv(self.cli, cfg)]
         if not cfg.network:
             argv += ["--network", "none"]
         argv += [*cfg.container_args, self.image, *KEEPALIVE]
