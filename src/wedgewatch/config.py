@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
+from wedgewatch.ray_config import RayConfig
 from wedgewatch.errors import ConfigError
 from wedgewatch.server_config import Section as _Section
 from wedgewatch.server_config import ServerConfig as ServerConfig  # re-exported: callers import it here
@@ -219,6 +220,12 @@ class RunConfig(_Section):
     """Seed for everything random in a simulated run (passed to the simulator as `--seed`)."""
     model_name: str | None = None
     """`model_name_or_path` in exports; defaults to the server's model."""
+    executor: str = "local"
+    """Where each attempt's agent and sandbox run: `local` (a thread of this process) or `ray` (a
+    Ray task on any node, `[run.ray]`; the `ray` extra). The supervisor, the proxy and the
+    ledger's writer stay in this process either way."""
+    ray: RayConfig = Field(default_factory=RayConfig)
+    """The Ray executor's cluster and per-attempt resources."""
 
 
 class Config(_Section):

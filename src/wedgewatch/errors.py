@@ -20,6 +20,9 @@ boundary where they are caught. Retry decisions key on the class, never on messa
     │       ├── SandboxError
     │       ├── EvaluationError
     │       └── AgentCrash
+    ├── ExecutorError                the executor could not run attempts (runner/executors)
+    │   └── WorkerLost               the process or node running an attempt died -> interrupted
+    ├── CarriedError                 an attempt's exception, carried back from another process
     ├── ServerError                  the supervisor could not bring a server up
     │   ├── ServerStartError         exited during start-up or never became ready
     │   ├── PortBusyError            the port is taken by someone else
@@ -134,6 +137,41 @@ class AgentCrash(HarnessError):
     default_reason = "agent_crash"
 
 
+# --- executors ---------------------------------------------------------------------------------
+
+
+class ExecutorError(WedgewatchError):
+    """The executor could not run attempts: Ray did not start or could not be joined, or a
+    cluster that keeps losing its workers (the run stops, aborted, and can be resumed)."""
+
+
+class WorkerLost(ExecutorError):
+    """The worker process or node that ran an attempt died under it (a Ray worker killed, a
+    node lost). Not the attempt's doing nor the model's: it ends ``interrupted`` and the
+    instance is attempted again, as after a stopped run."""
+
+
+class CarriedError(WedgewatchError):
+    """The exception that ended an attempt in another process, carried back as what the runner
+    needs of it: its (status, reason) and its text. Exceptions do not all survive pickling, and
+    one with a custom ``__init__`` would come back with its default reason, so the worker
+    decides these where the exception was raised."""
+
+    def __init__(self, status: str, reason: str, type_name: str, text: str) -> None:
+        super().__init__(status, reason, type_name, text)
+        self.status, self.reason, self.type_name, self.text = status, reason, type_name, text
+
+    @classmethod
+    def of(cls, exc: BaseException) -> CarriedError:
+        if isinstance(exc, CarriedError):
+            return exc
+        status, reason = status_of(exc)
+        return cls(status, reason, type(exc).__name__, str(exc)[:2000])
+
+    def __str__(self) -> str:
+        return self.text
+
+
 # --- server management ---------------------------------------------------------------------------
 
 
@@ -176,8 +214,15 @@ def is_retried(exc: BaseException) -> bool:
 
 def status_of(exc: BaseException) -> tuple[str, str]:
     """Map an exception that ended an attempt to the ledger's (status, reason)."""
-    if isinstance(exc, EarlyStop):
+    if isinstance(exc, CarriedError | EarlyStop):
         return exc.status, exc.reason
     if isinstance(exc, InfraError):
         return exc.status, exc.reason
     return "harness_error", f"crash:{type(exc).__name__}"
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of the exception that ended an attempt, as its end row keeps it (a
+    carried one under its original type's name)."""
+    name = exc.type_name if isinstance(exc, CarriedError) else type(exc).__name__
+    return f"{name}: {str(exc)[:2000]}"

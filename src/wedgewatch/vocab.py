@@ -74,6 +74,9 @@ STATUSES = MODEL_SIDE | RETRIED
 # outcomes and the exception tree).
 SERVER_RESTARTED = "server_restarted"
 RUN_STOPPED = "run_stopped"
+WORKER_LOST = "worker_lost"
+"""The executor's worker (a Ray worker process, or its node) died under the attempt: it ends
+``interrupted`` and the instance is attempted again (runner/executors)."""
 ATTEMPT_TIMEOUT = "attempt_timeout"
 
 # --- instance outcomes (derived by the ledger's views, never stored) ----------------------------

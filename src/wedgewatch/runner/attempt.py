@@ -1,9 +1,7 @@
-"""One attempt: a row when it starts, a fresh sandbox, the agent in a worker thread at the
-attempt's own proxy URL, and a row when it ends, with the status the retry policy decides.
-
-The agent is synchronous and may block for a long time, so it runs in its own daemon thread (not
-a pool: a thread abandoned after a server restart or a timeout must not hold a slot, and a stopped
-run must not wait for it at exit). The thread always closes its sandbox itself.
+"""One attempt: a row when it starts, a fresh sandbox and the agent at the attempt's own proxy
+URL on the run's executor (a thread of this process, or a Ray task: runner/executors), and a row
+when it ends, with the status the retry policy decides. Every row is written here, in the driver,
+whatever the executor: the worker hands back an AgentEnding and always closes its sandbox itself.
 """
 
 from __future__ import annotations
@@ -11,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 from wedgewatch.config import Config
+from wedgewatch.errors import ExecutorError, WorkerLost, describe
 from wedgewatch.ledger import queries
-from wedgewatch.protocols import AgentTask, LifeInfo, Sandbox
-from wedgewatch.runner.context import AgentEnding, InFlight, Instance, RunContext, Span, run_in_thread
+from wedgewatch.protocols import LifeInfo
+from wedgewatch.runner.context import AgentEnding, AttemptJob, InFlight, Instance, RunContext, Span
+from wedgewatch.runner.executors.local import LocalExecutor
 from wedgewatch.runner.retry import decide
 from wedgewatch.vocab import (
     API_ERROR,
@@ -27,6 +26,7 @@ from wedgewatch.vocab import (
     MODEL_SIDE,
     RUN_STOPPED,
     SERVER_RESTARTED,
+    WORKER_LOST,
 )
 
 log = logging.getLogger(__name__)
@@ -49,44 +49,6 @@ def _age(info: LifeInfo | None) -> dict[str, Any]:
 def requested_model(cfg: Config) -> str:
     """The model name the agent requests: ``agent.model``, else the server's served name."""
     return cfg.agent.model or cfg.server.served_model_name or cfg.server.model
-
-
-def _agent_work(ctx: RunContext, instance: dict[str, Any], attempt_id: str, adir: Path) -> AgentEnding:
-    """In the worker thread: sandbox, agent, sandbox closed. Never raises."""
-    ending = AgentEnding()
-    sandbox: Sandbox | None = None
-    t0 = time.perf_counter()
-    try:
-        sandbox = ctx.make_sandbox(instance, adir / "sandbox")
-        ending.sandbox_path = str(sandbox.path)
-        ending.sandbox_seconds = time.perf_counter() - t0
-        from wedgewatch.agents import get_agent
-
-        agent = get_agent(ctx.cfg.agent.name, ctx.cfg.agent)
-        task = AgentTask(
-            attempt_id=attempt_id,
-            instance=instance,
-            sandbox=sandbox,
-            base_url=ctx.agent_base_url(attempt_id),
-            model=requested_model(ctx.cfg),
-            trajectory_path=adir / "trajectory.json",
-        )
-        t1 = time.perf_counter()
-        try:
-            ending.result = agent.run(task)
-        finally:
-            ending.agent_seconds = time.perf_counter() - t1
-    except BaseException as exc:
-        ending.exc = exc
-    finally:
-        if sandbox is not None:
-            t2 = time.perf_counter()
-            try:
-                sandbox.close()
-            except Exception:
-                log.exception("closing the sandbox of %s failed", attempt_id)
-            ending.sandbox_seconds += time.perf_counter() - t2
-    return ending
 
 
 async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
@@ -118,10 +80,18 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
     ctx.counters.attempts += 1
     if attempt_no > 1:
         ctx.counters.retried += 1
-    instance = inst.record
-    fut = run_in_thread(
-        ctx.loop, lambda: _agent_work(ctx, instance, attempt_id, adir), f"attempt-{attempt_id}"
+    job = AttemptJob(
+        attempt_id=attempt_id,
+        instance=inst.record,
+        adir=adir,
+        base_url=ctx.agent_base_url(attempt_id),
+        model=requested_model(ctx.cfg),
+        cfg=ctx.cfg,
+        make_sandbox=ctx.make_sandbox,
     )
+    if ctx.executor is None:
+        ctx.executor = LocalExecutor()
+    fut = ctx.executor.submit(job)
     flight = InFlight(attempt_id, instance_id, life_id, started_at, fut)
     ctx.inflight[attempt_id] = flight
     span.stop()
@@ -131,6 +101,10 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
         flight.ended_by = (HARNESS_ERROR, ATTEMPT_TIMEOUT)
         await end_attempt(ctx, flight, *flight.ended_by, detail={"limit": ctx.cfg.agent.timeout})
         return flight.ended_by[0]
+    except WorkerLost as exc:
+        if flight.ended_by is not None:
+            return flight.ended_by[0]
+        return worker_lost(ctx, flight, exc)
     except asyncio.CancelledError:
         # The run is stopping (Ctrl-C, SIGTERM): the attempt's end is a fact worth writing now;
         # a resume would otherwise find it in flight and write the same.
@@ -158,7 +132,7 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
         },
     }
     if ending.exc is not None:
-        detail["error"] = f"{type(ending.exc).__name__}: {str(ending.exc)[:2000]}"
+        detail["error"] = describe(ending.exc)
     if result is not None and status != result.status:
         detail["agent_said"] = {"status": result.status, "reason": result.reason}
     if result is not None and result.extra:
@@ -183,6 +157,23 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
         # requeued (ledger view attempt_budget), and the next decision must see that.
         await ctx.server.settle(flight.life_id)
     return status
+
+
+def worker_lost(ctx: RunContext, flight: InFlight, exc: WorkerLost) -> str:
+    """The process or node running the attempt died: it ends ``interrupted`` (no budget used, as
+    after a stopped run) and the instance's next step is another attempt. Past
+    ``run.ray.lost_worker_limit`` losses of one instance the run stops instead (ExecutorError)."""
+    flight.ended_by = (INTERRUPTED, WORKER_LOST)
+    write_end(ctx, flight, INTERRUPTED, WORKER_LOST, {"by": "executor", "error": str(exc)[:2000]})
+    lost = ctx.lost_workers[flight.instance_id] = ctx.lost_workers.get(flight.instance_id, 0) + 1
+    limit = ctx.cfg.run.ray.lost_worker_limit
+    if lost >= limit:
+        raise ExecutorError(
+            f"{flight.instance_id}: {lost} attempts lost their worker (run.ray.lost_worker_limit = "
+            f"{limit}); the last: {exc}"
+        )
+    log.warning("%s: its worker was lost (%s); the instance is attempted again", flight.attempt_id, exc)
+    return INTERRUPTED
 
 
 async def end_attempt(

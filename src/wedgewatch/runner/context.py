@@ -66,6 +66,39 @@ class AgentEnding:
     sandbox_seconds: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptJob:
+    """Everything an attempt's worker needs, and nothing of the run's live state: it crosses to
+    another process (pickled) when the executor is Ray. The worker never writes the ledger: it
+    hands back an AgentEnding and the driver writes the rows (docs/scale-out.md says why)."""
+
+    attempt_id: str
+    instance: dict[str, Any]
+    adir: Path  # <workdir>/<attempt_id>: the sandbox and the trajectory go here
+    base_url: str  # the attempt's own path on the proxy
+    model: str  # what the agent puts in each request's `model`
+    cfg: Config  # the effective config (the agent's settings, the sandbox's)
+    make_sandbox: SandboxFactory
+
+
+class Executor(Protocol):
+    """Where attempts run (runner/executors: `local` threads, `ray` tasks), picked by
+    ``run.executor``."""
+
+    async def start(self) -> None:
+        """Be ready to take attempts (Ray: start or join the cluster)."""
+
+    def submit(self, job: AttemptJob) -> asyncio.Future[AgentEnding]:
+        """Start the attempt's work; the future gets its AgentEnding, or ``WorkerLost`` when the
+        process running it died. Whoever resolves the future first wins: a restart may end an
+        attempt before its worker returns, and a future done early (or cancelled) abandons the
+        work (Ray: cancels its task)."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop whatever still runs and release what ``start`` took; leaves no process behind."""
+
+
 @dataclass(eq=False)
 class InFlight:
     """One attempt whose end row is not written yet."""
@@ -143,6 +176,8 @@ class RunContext:
     counters: Counters = field(default_factory=Counters)
     timings: Timings = field(default_factory=Timings)
     loop: asyncio.AbstractEventLoop | None = None
+    executor: Executor | None = None  # None: the local executor (runner/executors/local.py)
+    lost_workers: dict[str, int] = field(default_factory=dict)  # instance_id -> in this execution
 
     def agent_base_url(self, attempt_id: str) -> str:
         """Where the attempt's agent sends its requests: its own path on the proxy, or (without

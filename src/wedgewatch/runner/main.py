@@ -12,7 +12,7 @@ from typing import Any
 from wedgewatch.config import Config
 from wedgewatch.errors import BadInput
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.runner import progress
+from wedgewatch.runner import executors, progress
 from wedgewatch.runner.context import RunContext, SandboxFactory
 from wedgewatch.runner.run import (
     Execution,
@@ -70,6 +70,7 @@ def start(
     from wedgewatch.supervisor.profiles import check_requested_model
 
     check_requested_model(cfg.server, cfg.agent.model)
+    executors.check(cfg)
     suite = load_suite(cfg.suite)
     if make_sandbox is None:
         check_repositories(cfg, suite)

@@ -28,7 +28,7 @@ from wedgewatch.errors import BadInput, ServerError, SuiteError
 from wedgewatch.events import Event, Restarting, Stalled
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.runner import resume
+from wedgewatch.runner import executors, resume
 from wedgewatch.runner.attempt import end_all_in_flight, run_attempt
 from wedgewatch.runner.context import RunContext, SandboxFactory, Span
 from wedgewatch.runner.evaluate import evaluate_attempt
@@ -245,6 +245,7 @@ async def execute(
 
     eff = effective(cfg)
     total = ledger.query("SELECT COUNT(*) FROM run_instances WHERE run_id = ?", (run_id,))[0][0]
+    executor = executors.get_executor(eff)  # an unknown one, or Ray not installed: before any mark
     stack = Stack(eff.server, eff.watchdog, ledger=ledger, run_id=run_id)
     sup = stack.supervisor
     ctx = RunContext(
@@ -257,6 +258,7 @@ async def execute(
         make_sandbox=make_sandbox or default_sandbox_factory(eff),
         is_infra=is_infra_outcome,
         loop=asyncio.get_running_loop(),
+        executor=executor,
     )
 
     # A planned recycle waits for the attempts in flight (supervisor/drain.py).
@@ -299,6 +301,7 @@ async def execute(
                     from wedgewatch.agents import get_agent
 
                     get_agent(eff.agent.name, eff.agent)
+                    await executor.start()
                     await stack.start_proxy()
                     ctx.proxy_url = stack.proxy_url
                     await stack.start()
@@ -329,6 +332,7 @@ async def execute(
             # Agent threads are abandoned when a run stops early; the commands they started are
             # not: closing the run's list kills them (a finished run has none left).
             run_groups.close()
+            await executor.stop()  # its attempts stop before their server does
             await stack.stop()
     return result
 

@@ -1,0 +1,29 @@
+"""The ``[run.ray]`` settings: the Ray executor's cluster and per-attempt resources (config.py holds
+the rest of the settings)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RayConfig(BaseModel):
+    """The Ray executor (`run.executor = "ray"`, the `ray` extra; docs/scale-out.md)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
+
+    address: str | None = None
+    """Unset: a local Ray started for the run and stopped after it. `auto` or an address
+    (`host:6379`, `ray://host:10001`) joins a running cluster, which the run leaves running."""
+    num_cpus: float = Field(1.0, gt=0)
+    """CPUs each attempt's task declares: Ray schedules by it, it does not limit the agent."""
+    memory_mb: int = Field(0, ge=0)
+    """Memory each attempt's task declares, in MiB (Ray schedules by it); 0 declares none."""
+    local_cpus: int | None = Field(None, ge=1)
+    """CPUs of the local Ray the run starts (unset: Ray counts the machine's)."""
+    object_store_mb: int = Field(256, ge=75)
+    """Object store of the local Ray the run starts, in MiB. An attempt passes kilobytes (its
+    job, its ending), so Ray's default (30% of memory) would only take shared memory away."""
+    lost_worker_limit: int = Field(3, ge=1)
+    """Attempts of one instance whose worker died (`interrupted`/`worker_lost`) in one execution
+    before the run stops, aborted and resumable: a cluster that keeps losing workers is the
+    cluster's problem, and an instance must not loop on it."""
