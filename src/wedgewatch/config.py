@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from wedgewatch.ray_config import RayConfig
 from wedgewatch.errors import ConfigError
+from wedgewatch.ray_config import RayConfig
 from wedgewatch.server_config import Section as _Section
 from wedgewatch.server_config import ServerConfig as ServerConfig  # re-exported: callers import it here
 from wedgewatch.server_config import WarmupConfig as WarmupConfig
