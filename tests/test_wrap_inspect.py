@@ -1,6 +1,7 @@
 """End to end: the real Inspect AI (``inspect eval`` on a small task of ours, 4 samples at a time)
 under ``wedgewatch wrap``, against the simulator wedging mid-run; its ``.eval`` log is read and
-audited against the simulator's own fault log, attributed by content fingerprints."""
+audited against the simulator's own fault log, attributed by content fingerprints; a second wrap
+with ``--sample-id {rerun}`` runs only the infra-failed samples."""
 
 from __future__ import annotations
 
@@ -91,3 +92,27 @@ ledger = "{tmp_path / "ledger.sqlite"}"
     assert result["honest"]["n"] == len(IDS) - len(infra)
     # Inspect's own selection syntax: --sample-id takes a comma-separated list.
     assert (tmp_path / "rerun.txt").read_text() == ",".join(infra) + "\n"
+
+    # A second wrap, the server healthy, runs only those samples through Inspect's --sample-id;
+    # audit over both logs takes each instance's last verdict that was not infrastructure.
+    (tmp_path / "wedge.toml").write_text("")
+    again = [sys.executable, "-m", "wedgewatch", "wrap", str(cfg), "--rerun", str(tmp_path / "rerun.txt")]
+    again += ["--", *argv[argv.index("--") + 1 :], "--sample-id", "{rerun}"]
+    (tmp_path / "ilogs2").mkdir()
+    again[again.index(str(tmp_path / "ilogs"))] = str(tmp_path / "ilogs2")
+    done = subprocess.run(again, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (log2,) = (tmp_path / "ilogs2").glob("*.eval")
+    both_argv = [sys.executable, "-m", "wedgewatch", "audit", str(log), str(log2), "--ledger", ledger]
+    both = subprocess.run(
+        [*both_argv, "--suite", str(suite), "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert both.returncode == 0, both.stderr
+    final = json.loads(both.stdout)
+    _, second = final["runs"]  # in the order the harness runs were wrapped
+    assert second["requests"] == len(infra), "the rerun sent one request per infra-failed sample"
+    assert final["infra_failed"] == []
+    per2 = {i["instance_id"]: i for i in final["instances"]}
+    for iid in infra:
+        assert [r["outcome"] for r in per2[iid]["runs"]] == ["infra_failed", "resolved"], per2[iid]
+    assert final["honest"]["k"] == final["honest"]["n"] == len(IDS)
