@@ -128,3 +128,20 @@ def testbed_images() -> Callable[[int], str]:
         return built[n]
 
     return image
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[object]:
+    """One real PostgreSQL per test session (tests/pg_server.py)."""
+    from pg_server import start
+
+    yield from start()
+
+
+@pytest.fixture
+def pg_url(pg_server: object) -> str:
+    """The URL of a fresh, empty database on the session's PostgreSQL."""
+    from pg_server import PgServer
+
+    assert isinstance(pg_server, PgServer)
+    return pg_server.new_database()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ledger_helpers import add_attempt, evaluate, make_run, next_actions, outcomes
-from wedgewatch.errors import BadInput
+from wedgewatch.errors import BadInput, LedgerConflict
 from wedgewatch.ledger import SCHEMA_VERSION, Ledger
 from wedgewatch.vocab import BUDGETED, MODEL_SIDE, RETRIED
 
@@ -74,7 +74,7 @@ def test_an_attempt_ends_once(tmp_path: Path) -> None:
     with Ledger(tmp_path / "l.sqlite") as lg:
         make_run(lg, "r", ["a"])
         aid = add_attempt(lg, "r", "a", 1, "submitted", patch="x")
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(LedgerConflict):
             lg.append("attempt_ends", {"attempt_id": aid, "ended_at": 1.0, "status": "api_error"})
         assert lg.query("SELECT COUNT(*) FROM attempt_ends")[0][0] == 1
 

@@ -46,6 +46,11 @@ class BadInput(WedgewatchError):
     exit_code = 2
 
 
+class LedgerConflict(WedgewatchError):
+    """An append that broke a unique key of the ledger: the fact is already there. Several runners
+    on one run use it as their claim (the attempt row is the claim; the loser gets this)."""
+
+
 class ConfigError(BadInput):
     """A config file is missing, unparsable, or has a bad field."""
 

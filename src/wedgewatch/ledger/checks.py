@@ -17,7 +17,7 @@ def problems(ledger: Ledger) -> list[str]:
     """Each broken rule as one line; empty when the ledger is sound."""
     out: list[str] = []
     q = ledger.query
-    if (ok := q("PRAGMA integrity_check")[0][0]) != "ok":
+    if (ok := ledger.integrity()) != "ok":
         out.append(f"integrity_check: {ok}")
     if ledger.schema_version() != SCHEMA_VERSION:
         out.append(f"schema version {ledger.schema_version()}, not {SCHEMA_VERSION}")

@@ -3,17 +3,16 @@ shows comes from here (or the views behind it), never from state held in memory.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from wedgewatch.errors import BadInput
-from wedgewatch.ledger.store import Ledger
+from wedgewatch.ledger.store import Ledger, Row
 
 
-def resolve_run(ledger: Ledger, run_id: str | None) -> sqlite3.Row:
+def resolve_run(ledger: Ledger, run_id: str | None) -> Row:
     """The run row for ``run_id``, or the latest run when None. BadInput when there is none."""
     if run_id is None:
-        rows = ledger.query("SELECT * FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1")
+        rows = ledger.query("SELECT * FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 1")
         if not rows:
             raise BadInput(f"{ledger.path}: the ledger holds no run")
         return rows[0]
@@ -29,18 +28,18 @@ def run_exists(ledger: Ledger, run_id: str) -> bool:
     return bool(ledger.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)))
 
 
-def instance_outcomes(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
+def instance_outcomes(ledger: Ledger, run_id: str) -> list[Row]:
     return ledger.query("SELECT * FROM instance_outcomes WHERE run_id = ? ORDER BY position", (run_id,))
 
 
-def instance_next(ledger: Ledger, run_id: str, instance_id: str) -> sqlite3.Row:
+def instance_next(ledger: Ledger, run_id: str, instance_id: str) -> Row:
     rows = ledger.query(
         "SELECT * FROM instance_next WHERE run_id = ? AND instance_id = ?", (run_id, instance_id)
     )
     return rows[0]
 
 
-def budgets(ledger: Ledger, run_id: str) -> sqlite3.Row:
+def budgets(ledger: Ledger, run_id: str) -> Row:
     """The run's attempts_max and max_requeues in force (the latest ``run_changes`` row of each,
     else the run as created)."""
     return ledger.query("SELECT * FROM run_budgets WHERE run_id = ?", (run_id,))[0]
@@ -56,7 +55,7 @@ def unfinished(ledger: Ledger, run_id: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-def in_flight(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
+def in_flight(ledger: Ledger, run_id: str) -> list[Row]:
     """Attempts that started and have no end: what a resume marks interrupted."""
     return ledger.query(
         "SELECT a.* FROM attempts a LEFT JOIN attempt_ends e ON e.attempt_id = a.attempt_id "
@@ -65,17 +64,17 @@ def in_flight(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
     )
 
 
-def run_instances(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
+def run_instances(ledger: Ledger, run_id: str) -> list[Row]:
     return ledger.query("SELECT * FROM run_instances WHERE run_id = ? ORDER BY position", (run_id,))
 
 
-def attempts(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
+def attempts(ledger: Ledger, run_id: str) -> list[Row]:
     return ledger.query(
         "SELECT * FROM attempt_view WHERE run_id = ? ORDER BY instance_id, attempt_no", (run_id,)
     )
 
 
-def attempt_requests(ledger: Ledger, attempt_id: str) -> list[sqlite3.Row]:
+def attempt_requests(ledger: Ledger, attempt_id: str) -> list[Row]:
     return ledger.query(
         "SELECT request_id, outcome, started_at, duration FROM requests WHERE attempt_id = ? "
         "ORDER BY started_at",
@@ -83,11 +82,11 @@ def attempt_requests(ledger: Ledger, attempt_id: str) -> list[sqlite3.Row]:
     )
 
 
-def run_marks(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
+def run_marks(ledger: Ledger, run_id: str) -> list[Row]:
     return ledger.query("SELECT * FROM run_marks WHERE run_id = ? ORDER BY id", (run_id,))
 
 
-def server_lives(ledger: Ledger, run_id: str) -> list[sqlite3.Row]:
+def server_lives(ledger: Ledger, run_id: str) -> list[Row]:
     return ledger.query("SELECT * FROM server_life_view WHERE run_id = ? ORDER BY started_at", (run_id,))
 
 
@@ -112,5 +111,5 @@ def events_by_kind(ledger: Ledger, run_id: str) -> dict[str, int]:
     return {r[0]: int(r[1]) for r in rows}
 
 
-def row_dict(row: sqlite3.Row | None) -> dict[str, Any]:
+def row_dict(row: Row | None) -> dict[str, Any]:
     return dict(row) if row is not None else {}

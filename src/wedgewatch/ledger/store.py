@@ -1,28 +1,49 @@
-"""The ledger: SQLite in WAL mode, append-only.
+"""The ledger: append-only facts on a backend picked by the ledger string.
 
-Only INSERT is ever issued; there is no UPDATE or DELETE anywhere in wedgewatch. Writers from
-several threads (the proxy in the event loop, agents in worker threads) share one connection
-behind a lock: SQLite serialises writers anyway, and one connection keeps WAL checkpoints simple.
+A path (or ``:memory:``) is a SQLite file (``ledger/sqlite.py``, stdlib only, the embedded
+default); ``postgresql://...`` is a PostgreSQL database (``ledger/pg``, the ``postgres`` extra).
+Both keep the same tables and views and the same rule: only INSERT is ever issued. Callers write
+SQLite-flavoured SQL with ``?`` placeholders; a backend that speaks another dialect adapts it in
+one place (``ledger/pg/sql.py``), and rows read by name and by index on both.
+
+``Ledger(target)`` returns the backend's own subclass, so every caller keeps ``Ledger(path)``.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
-import logging
-import sqlite3
-import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from wedgewatch import redact
-from wedgewatch.errors import BadInput
-from wedgewatch.ledger.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, VIEWS
-
-log = logging.getLogger(__name__)
+from wedgewatch.ledger.target import backend_of
 
 
-def _encode(value: Any) -> Any:
+class Row(Protocol):
+    """A row as ``query`` returns it: by index, by column name, ``keys()``, ``dict(row)``."""
+
+    def __getitem__(self, key: int | str, /) -> Any: ...
+
+    def keys(self) -> list[str]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def __len__(self) -> int: ...
+
+
+# The backends, by the scheme of the ledger string ("module:Class", imported when first used, so
+# the SQLite default never imports SQLAlchemy).
+BACKENDS: dict[str, str] = {
+    "sqlite": "wedgewatch.ledger.sqlite:SqliteLedger",
+    "postgresql": "wedgewatch.ledger.pg.store:PgLedger",
+}
+
+
+def encode(value: Any) -> Any:
+    """A value as a column stores it: dicts and lists as JSON (secrets scrubbed), paths as text."""
     if isinstance(value, Mapping | list | tuple):
         return json.dumps(redact.data(value), separators=(",", ":"), default=str)
     if isinstance(value, Path):
@@ -30,132 +51,76 @@ def _encode(value: Any) -> Any:
     return value
 
 
+def _backend(target: str) -> type[Ledger]:
+    module, _, name = BACKENDS[backend_of(target)].partition(":")
+    cls: type[Ledger] = getattr(importlib.import_module(module), name)
+    return cls
+
+
 class Ledger:
-    """Open (creating if needed) a ledger file. ``":memory:"`` works for unit tests."""
+    """Open (creating if needed) a ledger. ``":memory:"`` works for unit tests."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode is durable against a process crash (SIGKILL), which is what resume needs.
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute("PRAGMA foreign_keys=OFF")
-        self._migrate()
-        self._columns: dict[str, list[str]] = {}
+    path: str  # what messages name: the file, or the URL without its password
+    # Whether several processes may write one run at once (PostgreSQL). On SQLite a run keeps
+    # one writer process (resume refuses a second one).
+    shared: bool = False
 
-    def _migrate(self) -> None:
-        """Create what is missing and bring an older file up to SCHEMA_VERSION, additively:
-        new tables, new columns (ALTER TABLE ADD COLUMN), and the views, which are derived and
-        so are the one thing that is dropped and re-created (in one transaction, so another
-        process reading the ledger never sees them missing)."""
-        import time
+    def __new__(cls, target: str | Path) -> Ledger:  # noqa: PYI034 - returns the backend's subclass
+        if cls is Ledger:
+            cls = _backend(str(target))
+        return super().__new__(cls)
 
-        from wedgewatch import __version__
+    def __init__(self, target: str | Path) -> None:
+        raise NotImplementedError  # every backend has its own
 
-        with self._lock:
-            self._conn.executescript(TABLES)
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                current = self._stored_version()
-                if current > SCHEMA_VERSION:
-                    raise BadInput(
-                        f"{self.path}: ledger schema {current} is newer than this wedgewatch's "
-                        f"({SCHEMA_VERSION}); upgrade wedgewatch to read it"
-                    )
-                for version in range(2, SCHEMA_VERSION + 1):
-                    for table, column, kind in ADDED_COLUMNS.get(version, []):
-                        have = {r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")}
-                        if column not in have:
-                            self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
-                if current == 0:
-                    # The version the file was created with; the current one is in schema_migrations.
-                    self._conn.execute(
-                        "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
-                        (str(SCHEMA_VERSION),),
-                    )
-                if current < SCHEMA_VERSION:
-                    self._conn.execute(
-                        "INSERT OR IGNORE INTO schema_migrations(version, applied_at, tool_version) "
-                        "VALUES (?, ?, ?)",
-                        (SCHEMA_VERSION, time.time(), __version__),
-                    )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.executescript("BEGIN IMMEDIATE;\n" + VIEWS + "\nCOMMIT;")
+    # --- what each backend implements ---------------------------------------------------------
 
-    def _stored_version(self) -> int:
-        """0 for a new file; version 1 files have only the meta row."""
-        row = self._conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
-        if row is not None and row[0] is not None:
-            return int(row[0])
-        row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        return int(row[0]) if row is not None else 0
+    def append_many(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Insert facts in one transaction. LedgerConflict when one breaks a unique key (then none
+        is written). Returns the last row's integer id where the table has one."""
+        raise NotImplementedError
+
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
+        """Read-only query (SQLite-flavoured SQL, ``?`` placeholders). Writes go through ``append``."""
+        raise NotImplementedError
+
+    def columns(self, table: str) -> list[str]:
+        """The table's columns in their order (KeyError for no such table)."""
+        raise NotImplementedError
+
+    def tables(self) -> list[str]:
+        """The ledger's tables (not its views), sorted."""
+        raise NotImplementedError
 
     def schema_version(self) -> int:
-        """The schema version of this file (after opening, always SCHEMA_VERSION)."""
-        with self._lock:
-            return self._stored_version()
+        """The schema version of this ledger (after opening, always SCHEMA_VERSION)."""
+        raise NotImplementedError
 
-    def _table_columns(self, table: str) -> list[str]:
-        cols = self._columns.get(table)
-        if cols is None:
-            cols = [r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")]
-            if not cols:
-                raise KeyError(f"no ledger table {table!r}")
-            self._columns[table] = cols
-        return cols
+    def integrity(self) -> str:
+        """'ok', or what the backend's own consistency check found."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    # --- shared ---------------------------------------------------------------------------------
 
     def append(self, table: str, row: Mapping[str, Any]) -> int:
         """Insert one fact. Dicts and lists are stored as JSON (secrets scrubbed). Returns rowid."""
         return self.append_many(table, [row])
 
-    def append_many(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
-        if not rows:
-            return 0
-        with self._lock:
-            cols = self._table_columns(table)
-            names = list(rows[0].keys())
-            unknown = [n for n in names if n not in cols]
-            if unknown:
-                raise KeyError(f"ledger table {table!r} has no column(s) {unknown}")
-            sql = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
-            values = [tuple(_encode(r.get(n)) for n in names) for r in rows]
-            cur = self._conn.cursor()
-            cur.execute("BEGIN")
-            try:
-                cur.executemany(sql, values)
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            return cur.lastrowid or 0
-
-    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[sqlite3.Row]:
-        """Read-only query. Writes go through ``append``."""
-        head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-        if head not in ("SELECT", "WITH", "PRAGMA", "EXPLAIN"):
-            raise ValueError("Ledger.query is read-only; use append")
-        with self._lock:
-            return self._conn.execute(sql, params).fetchall()
-
     def event(self, kind: str, detail: Mapping[str, Any] | None = None, **ids: Any) -> None:
         """Shorthand for one row in ``events`` (ids: run_id, life_id, attempt_id)."""
-        import time
-
         self.append("events", {"ts": time.time(), "kind": kind, "detail_json": dict(detail or {}), **ids})
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
     def __enter__(self) -> Ledger:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_read_only(sql: str) -> None:
+    head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+    if head not in ("SELECT", "WITH", "PRAGMA", "EXPLAIN"):
+        raise ValueError("Ledger.query is read-only; use append")

@@ -1,0 +1,152 @@
+"""The SQLite ledger: one file in WAL mode, append-only (the embedded default, stdlib only).
+
+Only INSERT is ever issued; there is no UPDATE or DELETE anywhere in wedgewatch. Writers from
+several threads (the proxy in the event loop, agents in worker threads) share one connection
+behind a lock: SQLite serialises writers anyway, and one connection keeps WAL checkpoints simple.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from wedgewatch.errors import BadInput, LedgerConflict
+from wedgewatch.ledger.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, VIEWS
+from wedgewatch.ledger.store import Ledger, check_read_only, encode
+
+log = logging.getLogger(__name__)
+
+
+class SqliteLedger(Ledger):
+    """Open (creating if needed) a ledger file. ``":memory:"`` works for unit tests."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode is durable against a process crash (SIGKILL), which is what resume needs.
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA foreign_keys=OFF")
+        self._migrate()
+        self._columns: dict[str, list[str]] = {}
+
+    def _migrate(self) -> None:
+        """Create what is missing and bring an older file up to SCHEMA_VERSION, additively:
+        new tables, new columns (ALTER TABLE ADD COLUMN), and the views, which are derived and
+        so are the one thing that is dropped and re-created (in one transaction, so another
+        process reading the ledger never sees them missing)."""
+        import time
+
+        from wedgewatch import __version__
+
+        with self._lock:
+            self._conn.executescript(TABLES)
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                current = self._stored_version()
+                if current > SCHEMA_VERSION:
+                    raise BadInput(
+                        f"{self.path}: ledger schema {current} is newer than this wedgewatch's "
+                        f"({SCHEMA_VERSION}); upgrade wedgewatch to read it"
+                    )
+                for version in range(2, SCHEMA_VERSION + 1):
+                    for table, column, kind in ADDED_COLUMNS.get(version, []):
+                        have = {r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")}
+                        if column not in have:
+                            self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                if current == 0:
+                    # The version the file was created with; the current one is in schema_migrations.
+                    self._conn.execute(
+                        "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                        (str(SCHEMA_VERSION),),
+                    )
+                if current < SCHEMA_VERSION:
+                    self._conn.execute(
+                        "INSERT OR IGNORE INTO schema_migrations(version, applied_at, tool_version) "
+                        "VALUES (?, ?, ?)",
+                        (SCHEMA_VERSION, time.time(), __version__),
+                    )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.executescript("BEGIN IMMEDIATE;\n" + VIEWS + "\nCOMMIT;")
+
+    def _stored_version(self) -> int:
+        """0 for a new file; version 1 files have only the meta row."""
+        row = self._conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+        if row is not None and row[0] is not None:
+            return int(row[0])
+        row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def schema_version(self) -> int:
+        """The schema version of this file (after opening, always SCHEMA_VERSION)."""
+        with self._lock:
+            return self._stored_version()
+
+    def columns(self, table: str) -> list[str]:
+        with self._lock:
+            return list(self._table_columns(table))
+
+    def tables(self) -> list[str]:
+        with self._lock:
+            rows = self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        return sorted(r[0] for r in rows if not r[0].startswith("sqlite_"))
+
+    def integrity(self) -> str:
+        with self._lock:
+            return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+    def _table_columns(self, table: str) -> list[str]:
+        cols = self._columns.get(table)
+        if cols is None:
+            cols = [r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")]
+            if not cols:
+                raise KeyError(f"no ledger table {table!r}")
+            self._columns[table] = cols
+        return cols
+
+    def append_many(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        if not rows:
+            return 0
+        with self._lock:
+            cols = self._table_columns(table)
+            names = list(rows[0].keys())
+            unknown = [n for n in names if n not in cols]
+            if unknown:
+                raise KeyError(f"ledger table {table!r} has no column(s) {unknown}")
+            sql = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+            values = [tuple(encode(r.get(n)) for n in names) for r in rows]
+            cur = self._conn.cursor()
+            cur.execute("BEGIN")
+            try:
+                cur.executemany(sql, values)
+                cur.execute("COMMIT")
+            except sqlite3.IntegrityError as exc:
+                cur.execute("ROLLBACK")
+                if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
+                    raise LedgerConflict(f"{self.path}: {table}: {exc}") from None
+                raise
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            return cur.lastrowid or 0
+
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[sqlite3.Row]:
+        """Read-only query. Writes go through ``append``."""
+        check_read_only(sql)
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
