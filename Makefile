@@ -10,17 +10,19 @@ PYTEST_ARGS ?=
 
 install: system-tools $(STAMP)
 
-# The isolating sandboxes' tools (docs/sandboxes.md) and nginx, the peer `bench proxy --peers nginx`
-# measures (docs/benchmarks.md): installed with apt-get when root on Debian, else one line saying
+# The isolating sandboxes' tools (docs/sandboxes.md), nginx, the peer `bench proxy --peers nginx`
+# measures (docs/benchmarks.md), and PostgreSQL's server binaries, which the tests of the ledger on
+# PostgreSQL start on a temporary directory (docs/ledger.md): installed with apt-get when root on Debian, else one line saying
 # what to install. The local sandbox and the bench without peers need none of them.
 system-tools:
 	@missing=""; for t in bwrap podman runc nginx; do command -v $$t >/dev/null || [ -x /usr/sbin/$$t ] || missing="$$missing $$t"; done; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing bubblewrap podman runc nginx (apt-get)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap podman runc nginx >/dev/null; \
+	    echo "installing bubblewrap podman runc nginx postgresql (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap podman runc nginx postgresql >/dev/null; \
 	  else \
-	    echo "sandboxes bwrap/container and bench proxy --peers nginx need:$$missing (Debian: sudo apt-get install bubblewrap podman runc nginx)"; \
+	    echo "sandboxes bwrap/container, bench proxy --peers nginx and the PostgreSQL ledger's tests need:$$missing (Debian: sudo apt-get install bubblewrap podman runc nginx postgresql)"; \
 	  fi; \
 	fi
 

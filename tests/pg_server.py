@@ -77,7 +77,9 @@ class PgServer:
 def start() -> Iterator[PgServer]:
     bindir = find_bindir()
     if bindir is None:
-        pytest.skip("no PostgreSQL server binaries (Debian: apt-get install postgresql; make install does it)")
+        pytest.skip(
+            "no PostgreSQL server binaries (Debian: apt-get install postgresql; make install does it)"
+        )
     prefix = _as_user()
     root = Path(tempfile.mkdtemp(prefix="wedgewatch-pg-"))
     if prefix:

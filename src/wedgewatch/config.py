@@ -203,7 +203,9 @@ class RunConfig(_Section):
     then the run should stop wasting time on it. 0: no requeue, every api_error uses up
     `attempts` (a harness without wedgewatch, as the demo's naive arms replay)."""
     ledger: str = "wedgewatch.sqlite"
-    """Ledger file (SQLite)."""
+    """The ledger: a SQLite file (the default), or a PostgreSQL database as
+    `postgresql://user@host:port/db` (the `postgres` extra; several runners can then work on one
+    run, `wedgewatch run --join RUN`)."""
     workdir: str = ".wedgewatch/work"
     """Where sandboxes and trajectories live."""
     keep_sandboxes: bool = False

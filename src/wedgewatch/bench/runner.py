@@ -117,7 +117,7 @@ def child(n: int, concurrency: int, root: Path) -> dict[str, Any]:
     peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     ctx = holder[0]
     with Ledger(cfg.run.ledger) as lg:
-        tables = [r[0] for r in lg.query("SELECT name FROM sqlite_master WHERE type='table'")]
+        tables = lg.tables()
         rows = sum(lg.query(f"SELECT COUNT(*) FROM {t}")[0][0] for t in tables)
         details = [json.loads(r[0] or "{}") for r in lg.query("SELECT detail_json FROM attempt_ends")]
         timings = [d["timings"] for d in details if "timings" in d]  # not on restart casualties

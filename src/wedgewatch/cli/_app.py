@@ -18,7 +18,7 @@ T = TypeVar("T")
 # `wedgewatch --help` lists commands in the order a user meets them, not in import order.
 _ORDER = (
     "demo", "sim", "proxy", "serve", "wrap", "run", "report", "export", "import-report",
-    "audit", "compare", "lives", "scan", "plan", "config", "bench", "version",
+    "audit", "compare", "lives", "scan", "plan", "ledger", "config", "bench", "version",
 )  # fmt: skip
 
 
@@ -43,15 +43,18 @@ app = typer.Typer(
 
 
 LedgerOption = Annotated[
-    Path | None, typer.Option("--ledger", help="Ledger file (default: wedgewatch.sqlite).")
+    str | None,
+    typer.Option("--ledger", help="Ledger: a SQLite file or postgresql://... (default: wedgewatch.sqlite)."),
 ]
 """The ``--ledger`` flag of every command that reads a ledger."""
 
 
-def open_ledger(path: Path | None) -> Ledger:
+def open_ledger(path: str | Path | None) -> Ledger:
     """The ledger at ``path`` (default: run.ledger's default); BadInput if it does not exist."""
-    p = Path(path) if path is not None else Path(RunConfig().ledger)
-    if not p.exists():
+    from wedgewatch.ledger.target import exists
+
+    p = str(path) if path is not None else RunConfig().ledger
+    if not exists(p):
         raise BadInput(f"--ledger: {p} does not exist")
     return Ledger(p)
 

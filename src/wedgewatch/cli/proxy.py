@@ -104,7 +104,10 @@ def proxy(
     heartbeat_window: Annotated[
         float, typer.Option(help="Seconds with requests in flight and nothing moving that stop them all.")
     ] = 8.0,
-    ledger: Annotated[Path | None, typer.Option(help="Write request rows into this ledger (SQLite).")] = None,
+    ledger: Annotated[
+        str | None,
+        typer.Option(help="Write request rows into this ledger (a SQLite file or postgresql://...)."),
+    ] = None,
     records: Annotated[
         Path | None,
         typer.Option(help=f"JSONL file of request rows when no --ledger (default {DEFAULT_RECORDS})."),
@@ -155,7 +158,7 @@ async def _serve(
     host: str,
     port: int,
     watchdog: Any,
-    ledger_path: Path | None,
+    ledger_path: str | None,
     records: Path | None,
     heartbeat: tuple[str, float, float] | None,
 ) -> None:

@@ -31,7 +31,11 @@ def run_cmd(
         ),
     ] = None,
     ledger: Annotated[
-        Path | None, typer.Option("--ledger", help="Ledger file for --resume (default: CONFIG's run.ledger).")
+        str | None,
+        typer.Option(
+            "--ledger",
+            help="Ledger (a SQLite file or postgresql://...) for --resume (default: CONFIG's run.ledger).",
+        ),
     ] = None,
     attempts: Annotated[
         int | None,
@@ -95,8 +99,9 @@ def run_cmd(
 def _print_summary(ledger_path: str, run_id: str, as_json: bool) -> None:
     from wedgewatch.analysis.summary import render_table, summarise
     from wedgewatch.ledger import Ledger, queries
+    from wedgewatch.ledger.target import exists
 
-    if not Path(ledger_path).exists():
+    if not exists(ledger_path):
         return
     with Ledger(ledger_path) as ledger:
         if not queries.run_exists(ledger, run_id):

@@ -30,7 +30,8 @@ def serve(
     port: Annotated[int, typer.Option(help="The proxy's port; 0 picks a free one.", min=0, max=65535)] = 8100,
     host: Annotated[str, typer.Option(help="The proxy's address.")] = "127.0.0.1",
     ledger: Annotated[
-        Path | None, typer.Option(help="Ledger file (default: the config's [run] ledger).")
+        str | None,
+        typer.Option(help="Ledger: a SQLite file or postgresql://... (default: the config's [run] ledger)."),
     ] = None,
 ) -> None:
     """Start the configured server (fresh, ready, warmed up), watch it for wedges and crashes,
@@ -39,12 +40,12 @@ def serve(
 
     cfg = load_config(config)
     profiles.check(cfg.server, str(config))
-    code = serve_forever(_serve(cfg, host, port, ledger or Path(cfg.run.ledger)))
+    code = serve_forever(_serve(cfg, host, port, ledger or cfg.run.ledger))
     if code:
         raise typer.Exit(code)
 
 
-async def _serve(cfg: Config, host: str, port: int, ledger_path: Path) -> int:
+async def _serve(cfg: Config, host: str, port: int, ledger_path: str) -> int:
     from wedgewatch.ledger import Ledger
     from wedgewatch.stack import Stack
 

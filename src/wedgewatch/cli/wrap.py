@@ -26,7 +26,8 @@ def wrap(
         ),
     ],
     ledger: Annotated[
-        Path | None, typer.Option(help="Ledger file (default: the config's [run] ledger).")
+        str | None,
+        typer.Option(help="Ledger: a SQLite file or postgresql://... (default: the config's [run] ledger)."),
     ] = None,
     rerun: Annotated[
         Path | None, typer.Option(help="A file from `audit --rerun-out`: what `{rerun}` expands to.")
@@ -64,7 +65,7 @@ def wrap(
     profiles.check(cfg.server, str(config))
     lines = command.read_rerun(str(rerun)) if rerun is not None else None
     opts = WrapOptions(argv=cmd, port=port, rerun=lines, env_prefixes=env_prefix or (), tag=tag, grace=grace)
-    store = Ledger(ledger or Path(cfg.run.ledger))
+    store = Ledger(ledger or cfg.run.ledger)
     try:
         code = serve_forever(run_wrapped(cfg, store, opts))
     finally:

@@ -60,7 +60,7 @@ def _hangs(ledger: Ledger, run_id: str) -> dict[str, float]:
         f"SELECT a.attempt_id, a.status, COALESCE(SUM(CASE WHEN {unanswered} THEN q.duration END), 0) "
         f"AS waited, SUM(CASE WHEN {unanswered} THEN 1 ELSE 0 END) AS n_unanswered "
         "FROM attempt_view a LEFT JOIN requests q ON q.attempt_id = a.attempt_id "
-        "WHERE a.run_id = ? GROUP BY a.attempt_id",
+        "WHERE a.run_id = ? GROUP BY a.attempt_id, a.status",
         (*ANSWERED, *ANSWERED, run_id),
     )
     return {
@@ -103,7 +103,8 @@ def arm_cells(
             hidden += solves[iid]
     o = s["outcomes"]
     attempts = ledger.query(
-        "SELECT COUNT(*) AS n, COALESCE(SUM(attempt_no > 1), 0) AS retried FROM attempts WHERE run_id = ?",
+        "SELECT COUNT(*) AS n, COALESCE(SUM(CASE WHEN attempt_no > 1 THEN 1 ELSE 0 END), 0) AS retried "
+        "FROM attempts WHERE run_id = ?",
         (run_id,),
     )[0]
     waited = [w * time_scale for w in hung.values()]

@@ -16,7 +16,7 @@ from typing import Any
 
 from wedgewatch.errors import BadInput, LedgerConflict
 from wedgewatch.ledger.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, VIEWS
-from wedgewatch.ledger.store import Ledger, check_read_only, encode
+from wedgewatch.ledger.store import Ledger, Row, check_columns, check_read_only, encode, insert_sql
 
 log = logging.getLogger(__name__)
 
@@ -115,33 +115,35 @@ class SqliteLedger(Ledger):
             self._columns[table] = cols
         return cols
 
-    def append_many(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
-        if not rows:
-            return 0
+    def append_all(self, batches: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> int:
         with self._lock:
-            cols = self._table_columns(table)
-            names = list(rows[0].keys())
-            unknown = [n for n in names if n not in cols]
-            if unknown:
-                raise KeyError(f"ledger table {table!r} has no column(s) {unknown}")
-            sql = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
-            values = [tuple(encode(r.get(n)) for n in names) for r in rows]
+            work = []
+            for table, rows in batches:
+                if not rows:
+                    continue
+                names = list(rows[0].keys())
+                check_columns(table, names, self._table_columns(table))
+                values = [tuple(encode(r.get(n)) for n in names) for r in rows]
+                work.append((table, insert_sql(table, names, "?"), values))
+            if not work:
+                return 0
             cur = self._conn.cursor()
             cur.execute("BEGIN")
             try:
-                cur.executemany(sql, values)
+                for _, sql, values in work:
+                    cur.executemany(sql, values)
                 cur.execute("COMMIT")
             except sqlite3.IntegrityError as exc:
                 cur.execute("ROLLBACK")
                 if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
-                    raise LedgerConflict(f"{self.path}: {table}: {exc}") from None
+                    raise LedgerConflict(f"{self.path}: {exc}") from None
                 raise
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
             return cur.lastrowid or 0
 
-    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[sqlite3.Row]:
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Row]:
         """Read-only query. Writes go through ``append``."""
         check_read_only(sql)
         with self._lock:

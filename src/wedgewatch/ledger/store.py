@@ -65,7 +65,7 @@ class Ledger:
     # one writer process (resume refuses a second one).
     shared: bool = False
 
-    def __new__(cls, target: str | Path) -> Ledger:  # noqa: PYI034 - returns the backend's subclass
+    def __new__(cls, target: str | Path) -> Ledger:
         if cls is Ledger:
             cls = _backend(str(target))
         return super().__new__(cls)
@@ -75,12 +75,12 @@ class Ledger:
 
     # --- what each backend implements ---------------------------------------------------------
 
-    def append_many(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
-        """Insert facts in one transaction. LedgerConflict when one breaks a unique key (then none
-        is written). Returns the last row's integer id where the table has one."""
+    def append_all(self, batches: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> int:
+        """Insert rows into several tables in one transaction: all of them or none. LedgerConflict
+        when one breaks a unique key. Returns the last row's integer id where the table has one."""
         raise NotImplementedError
 
-    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Row]:
         """Read-only query (SQLite-flavoured SQL, ``?`` placeholders). Writes go through ``append``."""
         raise NotImplementedError
 
@@ -105,6 +105,10 @@ class Ledger:
 
     # --- shared ---------------------------------------------------------------------------------
 
+    def append_many(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Insert facts into one table in one transaction (see ``append_all``)."""
+        return self.append_all([(table, rows)]) if rows else 0
+
     def append(self, table: str, row: Mapping[str, Any]) -> int:
         """Insert one fact. Dicts and lists are stored as JSON (secrets scrubbed). Returns rowid."""
         return self.append_many(table, [row])
@@ -118,6 +122,16 @@ class Ledger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def insert_sql(table: str, names: Sequence[str], mark: str) -> str:
+    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join([mark] * len(names))})"
+
+
+def check_columns(table: str, names: Sequence[str], cols: Sequence[str]) -> None:
+    unknown = [n for n in names if n not in cols]
+    if unknown:
+        raise KeyError(f"ledger table {table!r} has no column(s) {unknown}")
 
 
 def check_read_only(sql: str) -> None:

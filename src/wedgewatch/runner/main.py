@@ -96,7 +96,9 @@ def resume(
     change of the run, which gives its infra_failed instances their new attempts."""
     if attempts is not None and attempts < 1:
         raise BadInput(f"--attempts: {attempts} must be at least 1")
-    if not Path(ledger_path).exists():
+    from wedgewatch.ledger.target import exists
+
+    if not exists(ledger_path):
         raise BadInput(f"--ledger: {ledger_path} does not exist")
     with Ledger(ledger_path) as ledger:
         stored = load_run_config(ledger, run_id)

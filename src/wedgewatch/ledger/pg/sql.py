@@ -77,7 +77,7 @@ class PgRow(tuple[Any, ...]):
         row._keys = keys
         return row
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
             try:
                 return tuple.__getitem__(self, self._keys.index(key))

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.errors import BadInput, LedgerConflict
+from wedgewatch.ledger.pg.migrations import HEAD
 from wedgewatch.ledger.pg.sql import PgRow, adapt, port_views
 from wedgewatch.ledger.schema import SCHEMA_VERSION, VIEWS
-from wedgewatch.ledger.store import Ledger, check_read_only, encode
+from wedgewatch.ledger.store import Ledger, Row, check_columns, check_read_only, encode, insert_sql
 from wedgewatch.ledger.target import describe, sqlalchemy_url
 
 log = logging.getLogger(__name__)
@@ -82,19 +83,12 @@ class PgLedger(Ledger):
             raise
 
     def _migrate(self) -> None:
-        from alembic import command
-        from alembic.config import Config
-        from alembic.script import ScriptDirectory
-
         sa = _import_sqlalchemy()
-        from wedgewatch import __version__
-
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        head = ScriptDirectory.from_config(cfg).get_current_head()
         names, creates = view_statements()
-        stamp = hashlib.sha256(f"{head}\n{''.join(creates)}".encode()).hexdigest()[:16]
+        stamp = hashlib.sha256(f"{HEAD}\n{''.join(creates)}".encode()).hexdigest()[:16]
         with self._engine.begin() as conn:
+            if self._up_to_date(conn, stamp):
+                return  # the common case, without the advisory lock or Alembic's import
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": SCHEMA_LOCK})
             current = self._stored_version(conn)
             if current > SCHEMA_VERSION:
@@ -102,19 +96,7 @@ class PgLedger(Ledger):
                     f"{self.path}: ledger schema {current} is newer than this wedgewatch's "
                     f"({SCHEMA_VERSION}); upgrade wedgewatch to read it"
                 )
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
-            if current == 0:
-                conn.exec_driver_sql(
-                    "INSERT INTO meta(key, value) VALUES ('schema_version', %s) ON CONFLICT DO NOTHING",
-                    (str(SCHEMA_VERSION),),
-                )
-            if current < SCHEMA_VERSION:
-                conn.exec_driver_sql(
-                    "INSERT INTO schema_migrations(version, applied_at, tool_version) "
-                    "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                    (SCHEMA_VERSION, time.time(), __version__),
-                )
+            self._upgrade(conn, current)
             have = conn.exec_driver_sql(
                 "SELECT obj_description(to_regclass('instance_next'), 'pg_class')"
             ).scalar()
@@ -125,6 +107,38 @@ class PgLedger(Ledger):
                 for create in creates:
                     conn.exec_driver_sql(create.replace("%", "%%"))
                 conn.exec_driver_sql(f"COMMENT ON VIEW instance_next IS '{stamp}'")
+
+    @staticmethod
+    def _up_to_date(conn: Any, stamp: str) -> bool:
+        if conn.exec_driver_sql("SELECT to_regclass('alembic_version')").scalar() is None:
+            return False
+        revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+        views = conn.exec_driver_sql("SELECT obj_description(to_regclass('instance_next'), 'pg_class')")
+        return bool(revision == HEAD and views.scalar() == stamp)
+
+    @staticmethod
+    def _upgrade(conn: Any, current: int) -> None:
+        """``alembic upgrade head`` on ``conn``, and the rows that say which version this is."""
+        from alembic import command
+        from alembic.config import Config
+
+        from wedgewatch import __version__
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+        if current == 0:
+            conn.exec_driver_sql(
+                "INSERT INTO meta(key, value) VALUES ('schema_version', %s) ON CONFLICT DO NOTHING",
+                (str(SCHEMA_VERSION),),
+            )
+        if current < SCHEMA_VERSION:
+            conn.exec_driver_sql(
+                "INSERT INTO schema_migrations(version, applied_at, tool_version) "
+                "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                (SCHEMA_VERSION, time.time(), __version__),
+            )
 
     @staticmethod
     def _stored_version(conn: Any) -> int:
@@ -161,29 +175,39 @@ class PgLedger(Ledger):
     def integrity(self) -> str:
         return "ok"  # PostgreSQL keeps its own pages consistent; nothing like SQLite's check
 
-    def append_many(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
-        if not rows:
-            return 0
+    def append_all(self, batches: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> int:
         sa = _import_sqlalchemy()
-        cols = self.columns(table)
-        names = list(rows[0].keys())
-        unknown = [n for n in names if n not in cols]
-        if unknown:
-            raise KeyError(f"ledger table {table!r} has no column(s) {unknown}")
-        sql = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(['%s'] * len(names))})"
-        values = [tuple(_encode_pg(r.get(n)) for n in names) for r in rows]
+        work = []
+        for table, rows in batches:
+            if not rows:
+                continue
+            cols = self.columns(table)
+            names = list(rows[0].keys())
+            check_columns(table, names, cols)
+            values = [tuple(_encode_pg(r.get(n)) for n in names) for r in rows]
+            work.append((table, names, "id" in cols, values))
+        last = 0
         try:
             with self._engine.begin() as conn:
-                if len(values) == 1 and "id" in cols:
-                    return int(conn.exec_driver_sql(sql + " RETURNING id", values[0]).scalar_one())
-                conn.exec_driver_sql(sql, values)
+                for table, names, has_id, values in work:
+                    sql = insert_sql(table, names, "%s")
+                    if len(values) == 1 and has_id:
+                        last = int(conn.exec_driver_sql(sql + " RETURNING id", values[0]).scalar_one())
+                    else:
+                        conn.exec_driver_sql(sql, values)
+                    if has_id and "id" in names:
+                        # Rows that brought their own ids (ledger copy): the identity goes on past them.
+                        conn.exec_driver_sql(
+                            f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                            f"GREATEST((SELECT MAX(id) FROM {table}), 1))"
+                        )
         except sa.exc.IntegrityError as exc:
             if getattr(exc.orig, "sqlstate", None) == "23505":  # unique_violation
-                raise LedgerConflict(f"{self.path}: {table}: {str(exc.orig).splitlines()[0]}") from None
+                raise LedgerConflict(f"{self.path}: {str(exc.orig).splitlines()[0]}") from None
             raise
-        return 0
+        return last
 
-    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[PgRow]:
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Row]:
         check_read_only(sql)
         text, args = adapt(sql, params)
         with self._engine.connect() as conn:

@@ -1,0 +1,38 @@
+"""``wedgewatch ledger``: what is done to a ledger as a whole (copy runs between backends)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from wedgewatch.cli._app import app
+from wedgewatch.errors import BadInput
+
+ledger_app = typer.Typer(
+    help="Ledgers as a whole: copy runs between SQLite and PostgreSQL.", no_args_is_help=True
+)
+app.add_typer(ledger_app, name="ledger")
+
+
+@ledger_app.command("copy")
+def copy_cmd(
+    src: Annotated[str, typer.Argument(help="The ledger to read: a SQLite file or postgresql://...")],
+    dst: Annotated[str, typer.Argument(help="The ledger to write (created if needed).")],
+    run: Annotated[str | None, typer.Option("--run", help="Copy only this run (default: all).")] = None,
+) -> None:
+    """Copy runs from SRC into DST, every row with its ids, in one transaction. A run DST already
+    holds is refused (exit 2), never overwritten."""
+    from wedgewatch.ledger import Ledger
+    from wedgewatch.ledger.copy import copy
+    from wedgewatch.ledger.target import describe, exists
+
+    if not exists(src):
+        raise BadInput(f"SRC: {src} does not exist")
+    with Ledger(src) as source, Ledger(dst) as dest:
+        done = copy(source, dest, run)
+    if done.renumbered:
+        typer.echo(f"note: DST had used their ids already; renumbered in order: {', '.join(done.renumbered)}")
+    typer.echo(
+        f"copied {len(done.runs)} run(s), {sum(done.rows.values())} rows, from {describe(src)} to {describe(dst)}"
+    )
