@@ -37,8 +37,12 @@ $(STAMP): requirements.lock pyproject.toml
 demo: $(STAMP)
 	$(BIN)/wedgewatch demo
 
+# The suite starts hundreds of interpreters (simulators, CLI runs, pytest inside sandboxes); with
+# PYTHONDONTWRITEBYTECODE set in the caller's environment each one compiled pydantic, aiohttp,
+# typer, pytest and wedgewatch from source again, about half of the suite's CPU time. Bytecode goes
+# to the usual, git-ignored __pycache__ directories; sandboxes still write none into a repository.
 test: system-tools $(STAMP)
-	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests
