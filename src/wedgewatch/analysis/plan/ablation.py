@@ -55,8 +55,12 @@ def base_config(seed: int, out: Path) -> dict[str, Any]:
 def recovered(analysis: dict[str, Any]) -> dict[str, Any]:
     """Whether the verdict names fresh first and concurrency second, and leaves warm-up unclaimed."""
     verdict = analysis["verdict"]
+    # "Most of the work is done by fresh: ..." and "Also clear: concurrency: ...": the factor is
+    # the word before the colon of the first, the word after "Also clear:" of the second.
     claimed = [
         line.split(":", 1)[0].split()[-1]
+        if line.startswith("Most of the work is done by")
+        else line.removeprefix("Also clear:").split(":", 1)[0].strip()
         for line in verdict
         if line.startswith(("Most of the work is done by", "Also clear:"))
     ]
