@@ -15,6 +15,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background of a non-interactive shell (`make test &` in a script)
+    inherits SIGINT ignored, and every process it starts would too: Python keeps an ignored SIGINT
+    ignored, so the Ctrl-C tests' runners would finish their runs instead of stopping. The tests
+    start their children with the default, as a terminal would."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @dataclass
 class RunningServer:
     """A server subprocess and the URL it printed on its first line."""

@@ -39,3 +39,28 @@ def test_help_lists_every_command_in_the_order_a_user_meets_them() -> None:
         "demo", "sim", "proxy", "serve", "wrap", "run", "report", "export", "import-report",
         "audit", "compare", "lives", "scan", "plan", "ledger", "config", "bench", "version",
     ]  # fmt: skip
+
+
+def test_a_command_imports_its_own_modules_only() -> None:
+    from wedgewatch.cli import _command_modules
+
+    assert _command_modules(["sim", "--port", "0"]) == ["sim"]
+    assert _command_modules(["import-report", "x.json"]) == ["import_report"]
+    assert _command_modules(["config", "schema"]) == ["config_cmd"]
+    bench = _command_modules(["bench", "proxy"])
+    assert bench[0] == "bench" and "bench_proxy" in bench and all(m.startswith("bench") for m in bench)
+    everything = _command_modules(["--help"])
+    assert {"sim", "run", "bench_proxy", "config_cmd"} <= set(everything)
+    assert _command_modules(["no-such-command"]) == everything  # click lists them all in its error
+
+
+def test_the_simulator_starts_without_the_configs_models_or_the_ledger() -> None:
+    # What a short-lived `wedgewatch sim` (started by every supervisor and many tests) imports.
+    probe = (
+        "import sys; from wedgewatch.cli import main\n"
+        "try:\n    main(['sim', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('wedgewatch.config', 'wedgewatch.ledger', 'wedgewatch.cli.run') if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"

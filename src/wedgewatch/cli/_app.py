@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from typer.core import TyperGroup
 
-from wedgewatch.config import RunConfig
 from wedgewatch.errors import BadInput
-from wedgewatch.ledger import Ledger
+
+if TYPE_CHECKING:
+    from wedgewatch.ledger import Ledger
 
 T = TypeVar("T")
 
@@ -51,6 +52,10 @@ LedgerOption = Annotated[
 
 def open_ledger(path: str | Path | None) -> Ledger:
     """The ledger at ``path`` (default: run.ledger's default); BadInput if it does not exist."""
+    # Imported here: a command that opens no ledger (a simulator, the proxy) starts without
+    # the config's models and the ledger (docs/architecture.md, the CLI's start-up).
+    from wedgewatch.config import RunConfig
+    from wedgewatch.ledger import Ledger
     from wedgewatch.ledger.target import exists
 
     p = str(path) if path is not None else RunConfig().ledger

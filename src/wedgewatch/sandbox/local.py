@@ -149,6 +149,12 @@ class LocalSandbox:
             # A .pyc is keyed on the source's mtime in whole seconds and its size: an edit that
             # keeps the size, made within a second of the last test run, would run the old code.
             "PYTHONDONTWRITEBYTECODE": "1",
+            # The interpreter is the harness's, so pytest would load every plugin of the harness's
+            # environment (xdist, asyncio, timeout, ...) into the task's tests: ours, not the
+            # task's (a SWE-bench image holds only the repository's requirements), and half of each
+            # test run's start-up. A repository that needs a plugin names it in its own pytest
+            # config (`-p NAME` in addopts, `pytest_plugins` in a conftest), which still loads it.
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         }
         if extra:
             env.update(extra)
