@@ -68,3 +68,31 @@ def test_hash_follows_the_snapshot() -> None:
     assert a.hash() == b.hash()
     b.run.seed = 1
     assert a.hash() != b.hash()
+
+
+def test_a_pool_names_its_members_and_its_snapshot_rebuilds_the_same_config(tmp_path: Path) -> None:
+    from wedgewatch.config import server_of, validate
+
+    p = tmp_path / "pool.toml"
+    p.write_text(
+        '[[servers]]\nmodel = "m"\n[[servers]]\nname = "gpu1"\nmodel = "m"\n[[servers]]\nmodel = "m"\n'
+    )
+    c = load_config(p)
+    assert [m.name for m in c.members()] == ["s0", "gpu1", "s2"]
+    snap = c.snapshot()
+    assert "server" not in snap and server_of(snap)["model"] == "m"
+    assert validate(snap, "snapshot").hash() == c.hash()
+    assert [m.name for m in Config().members()] == [None]  # the one [server] keeps no name
+
+
+def test_a_pool_refuses_server_beside_it_and_twice_the_same_name(tmp_path: Path) -> None:
+    p = tmp_path / "pool.toml"
+    p.write_text('[server]\nprofile = "sim"\n[[servers]]\n')
+    with pytest.raises(ConfigError, match=r"\[server\] or \[\[servers\]\]"):
+        load_config(p)
+    p.write_text('[[servers]]\nname = "a"\n[[servers]]\nname = "a"\n')
+    with pytest.raises(ConfigError, match="a is used twice"):
+        load_config(p)
+    p.write_text('[[servers]]\nname = "s1"\n[[servers]]\n')  # the second's default name is s1
+    with pytest.raises(ConfigError, match="s1 is used twice"):
+        load_config(p)

@@ -42,7 +42,7 @@ def test_attempts_killed_by_restarts_keep_the_whole_budget(tmp_path: Path) -> No
                 while len(ctx.inflight) < need:
                     await asyncio.sleep(0.02)
                 killed.extend(ctx.inflight)
-                await ctx.server.restart("test")  # type: ignore[attr-defined]
+                await ctx.server.members[0].restart("test")  # type: ignore[attr-defined]
 
         ctx.loop.create_task(restart_twice())  # type: ignore[union-attr]
 

@@ -36,7 +36,7 @@ def test_example_is_commented_valid_and_uses_the_simulator_the_bash_agent_and_th
 def test_schema_has_every_section_with_descriptions() -> None:
     proc = _cli("config", "--schema")
     schema = json.loads(proc.stdout)
-    assert set(schema["properties"]) == {"server", "watchdog", "agent", "suite", "run", "sandbox"}
+    assert set(schema["properties"]) == {"server", "servers", "watchdog", "agent", "suite", "run", "sandbox"}
     run = schema["$defs"]["RunConfig"]["properties"]
     assert run["concurrency"]["default"] == 4 and "story" in run["concurrency"]["description"]
     assert all("description" in f for f in run.values())

@@ -159,7 +159,7 @@ def test_a_server_restart_ends_attempts_in_flight_and_requeues_them(tmp_path: Pa
                 await asyncio.sleep(0.02)
             seen["in_flight"] = sorted(ctx.inflight)
             seen["old_life"] = ctx.server.life_id
-            await ctx.server.restart("test")  # type: ignore[attr-defined]
+            await ctx.server.members[0].restart("test")  # type: ignore[attr-defined]
 
         seen["task"] = asyncio.get_running_loop().create_task(restart_when_busy())
 

@@ -45,6 +45,22 @@ class Replaceable(Protocol):
 
 
 @runtime_checkable
+class Router(Protocol):
+    """An ``Upstream`` of several servers (a pool, ``[[servers]]``): each request goes to the one
+    ``route`` picks, and ``release`` is called with it when the request is over. As an
+    ``Upstream`` it answers for the pool as a whole: ``life()`` is None only when no member has
+    a ready life."""
+
+    def route(self, tag: str | None) -> Upstream:
+        """The member for a request tagged ``tag`` (its attempt): the member the tag went to
+        before while that one is ready, else the ready member with the fewest requests in flight."""
+        ...
+
+    def release(self, member: Upstream) -> None:
+        """A request ``route`` sent to ``member`` is over."""
+
+
+@runtime_checkable
 class ServerProcess(Protocol):
     """One server life: a process (or an external URL) the supervisor starts, watches and stops."""
 

@@ -31,6 +31,9 @@ class WarmupConfig(Section):
 class ServerConfig(Section):
     """A supervised server: which profile, how to start it, how to watch it, when to restart it."""
 
+    name: str | None = None
+    """The member's name in a pool (`[[servers]]`), written on each of its server lives in the
+    ledger; a pool names unnamed members `s0`, `s1`, ... in order. Unset for the one `[server]`."""
     profile: str = "sim"
     """Profile name from the registry: sim, vllm, sglang, llamacpp, command, external."""
     launcher: str | None = None
@@ -56,6 +59,13 @@ class ServerConfig(Section):
     """Base URL of a server wedgewatch does not own (`external` profile)."""
     restart_hook: list[str] = Field(default_factory=list)
     """argv run to restart an `external` server (for example a systemctl line)."""
+    restart_url: str | None = None
+    """Restart an `external` server that is a `wedgewatch serve` on another host: POST here (its
+    `http://HOST:PORT/wedgewatch/restart`) with the bearer token from `restart_token_env`; the
+    answer comes once its new life is ready. No shell on that host is needed."""
+    restart_token_env: str = "WEDGEWATCH_RESTART_TOKEN"
+    """Environment variable holding the bearer token for `restart_url` (the token itself is never
+    written to a config snapshot, the ledger or a log)."""
     token_counters: list[str] = Field(default_factory=list)
     """Metric names of the token counters (overrides the profile's; needed for `command`)."""
     running_gauge: str | None = None

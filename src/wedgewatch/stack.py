@@ -1,5 +1,6 @@
-"""A supervised server behind the watchdog proxy, as one object: what ``run``, ``serve`` and
-``wrap`` all start.
+"""Supervised servers behind the watchdog proxy, as one object: what ``run``, ``serve`` and
+``wrap`` all start. One ``[server]`` is a pool of one; ``[[servers]]`` is a pool of several
+(``supervisor/pool.py``), each member supervised on its own, the proxy routing among them.
 
 One event bus carries both sides: the proxy publishes request events on it, the supervisor
 listens (``attach``) and publishes its own (``wedge``, ``restart``, ...), and whoever drives the
@@ -15,6 +16,7 @@ Imports stay one-way: cli and runner import this module; it imports proxy and su
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from types import TracebackType
 
 from wedgewatch.config import ServerConfig, WatchdogConfig
@@ -22,6 +24,8 @@ from wedgewatch.events import EventBus
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor import Supervisor
+from wedgewatch.supervisor.admin import routes as admin_routes
+from wedgewatch.supervisor.pool import Pool
 
 
 class Stack:
@@ -30,26 +34,39 @@ class Stack:
 
     def __init__(
         self,
-        server: ServerConfig,
+        servers: ServerConfig | Sequence[ServerConfig],
         watchdog: WatchdogConfig,
         *,
         ledger: Ledger | None = None,
         run_id: str | None = None,
+        admin: bool = False,
+        restart_token: str | None = None,
     ) -> None:
         self.bus = EventBus()
-        self.supervisor = Supervisor(server, ledger=ledger, bus=self.bus, run_id=run_id)
-        # The supervisor hands its heartbeat (readings, wedge verdicts) to the proxy in-process.
-        self.proxy = Proxy(self.supervisor, watchdog, ledger=ledger, bus=self.bus, feed=self.supervisor.feed)
+        members = [servers] if isinstance(servers, ServerConfig) else list(servers)
+        self.pool = Pool([Supervisor(m, ledger=ledger, bus=self.bus, run_id=run_id) for m in members])
+        # ``admin``: the proxy also answers /wedgewatch/servers and (with ``restart_token``) POST
+        # /wedgewatch/restart, for a pool on another host (``wedgewatch serve``).
+        routes = admin_routes(self.pool, restart_token) if admin else []
+        # The supervisors hand their heartbeats (readings, wedge verdicts) to the proxy in-process.
+        self.proxy = Proxy(
+            self.pool, watchdog, ledger=ledger, bus=self.bus, feed=self.pool.feed, routes=routes
+        )
         self.watchdog = watchdog
-        self._detach = self.supervisor.attach(self.bus)
+        self._detach = self.pool.attach(self.bus)
         self.proxy_url = ""  # "" when the watchdog is disabled: clients go to the server itself
         self._stopped = False
 
     @property
+    def supervisor(self) -> Supervisor:
+        """The first member's supervisor: the only one with ``[server]``."""
+        return self.pool.members[0]
+
+    @property
     def url(self) -> str:
-        """Where clients send requests (root URL, without ``/v1``): the proxy, or the server's
+        """Where clients send requests (root URL, without ``/v1``): the proxy, or a member's
         current life when the watchdog is disabled."""
-        return self.proxy_url or self.supervisor.base_url
+        return self.proxy_url or self.pool.base_url
 
     async def start_proxy(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """The proxy alone (once): its URL is known before the server is up."""
@@ -58,11 +75,11 @@ class Stack:
         return self.proxy_url
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Proxy, then a ready and warmed server life; returns ``url``. On any failure (or
+        """Proxy, then a ready and warmed life of every server; returns ``url``. On any failure (or
         cancellation) everything started so far is stopped before the error propagates."""
         try:
             await self.start_proxy(host, port)
-            await self.supervisor.start()
+            await self.pool.start()
         except BaseException:
             await self.stop()
             raise
@@ -78,7 +95,7 @@ class Stack:
 
     async def _stop(self) -> None:
         try:
-            await self.supervisor.stop()
+            await self.pool.stop()
         finally:
             self._detach()
             await self.proxy.stop()

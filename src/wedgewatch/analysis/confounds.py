@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from wedgewatch.config import server_of
 from wedgewatch.ledger.store import Ledger
 
 # Fields that name where things are kept, not how the run was made: they differ between any two
@@ -95,7 +96,7 @@ def flatten(snap: dict[str, Any]) -> dict[str, Any]:
 def server_age_at_start(snap: dict[str, Any], first_start_reason: str | None) -> str:
     """How used the server was when the run began: the simulator's preloaded age, an adopted
     server of unknown age, or a server the run started itself."""
-    args = snap.get("server", {}).get("args", [])
+    args = server_of(snap).get("args", [])
     preload = _flags(args).get(PRELOAD)
     if preload not in (None, True, "0"):
         return f"{preload} requests (simulated)"

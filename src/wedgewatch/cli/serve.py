@@ -1,7 +1,11 @@
-"""``wedgewatch serve CONFIG.toml``: a supervised server with the watchdog proxy in front.
+"""``wedgewatch serve CONFIG.toml``: a supervised server (or a pool, ``[[servers]]``) with the
+watchdog proxy in front.
 
 Runs until Ctrl-C or SIGTERM. The first stdout line is ``listening on URL`` (the proxy's);
-every server life, wedge, restart and request goes to the ledger (``[run] ledger``).
+every server life, wedge, restart and request goes to the ledger (``[run] ledger``). Beside the
+proxy it answers ``GET /wedgewatch/servers`` and, when the environment variable named by
+``--restart-token-env`` holds a token, ``POST /wedgewatch/restart`` with that bearer token: how a
+pool on another host restarts this one (``server.restart_url``, docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -33,19 +38,28 @@ def serve(
         str | None,
         typer.Option(help="Ledger: a SQLite file or postgresql://... (default: the config's [run] ledger)."),
     ] = None,
+    restart_token_env: Annotated[
+        str,
+        typer.Option(
+            help="Environment variable holding the bearer token of POST /wedgewatch/restart; "
+            "unset or empty: the route refuses every restart."
+        ),
+    ] = "WEDGEWATCH_RESTART_TOKEN",
 ) -> None:
     """Start the configured server (fresh, ready, warmed up), watch it for wedges and crashes,
     restart it when needed, and serve it through the watchdog proxy until interrupted."""
     from wedgewatch.supervisor import profiles
 
     cfg = load_config(config)
-    profiles.check(cfg.server, str(config))
-    code = serve_forever(_serve(cfg, host, port, ledger or cfg.run.ledger))
+    for member in cfg.members():
+        profiles.check(member, str(config))
+    token = os.environ.get(restart_token_env) or None
+    code = serve_forever(_serve(cfg, host, port, ledger or cfg.run.ledger, token))
     if code:
         raise typer.Exit(code)
 
 
-async def _serve(cfg: Config, host: str, port: int, ledger_path: str) -> int:
+async def _serve(cfg: Config, host: str, port: int, ledger_path: str, token: str | None) -> int:
     from wedgewatch.ledger import Ledger
     from wedgewatch.stack import Stack
 
@@ -54,7 +68,7 @@ async def _serve(cfg: Config, host: str, port: int, ledger_path: str) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, interrupted.set)
     ledger = Ledger(ledger_path)
-    stack = Stack(cfg.server, cfg.watchdog, ledger=ledger)
+    stack = Stack(cfg.members(), cfg.watchdog, ledger=ledger, admin=True, restart_token=token)
     code = 0
     stop_wait = asyncio.ensure_future(interrupted.wait())
     try:
@@ -69,7 +83,7 @@ async def _serve(cfg: Config, host: str, port: int, ledger_path: str) -> int:
         # Printed once the server is ready: whoever reads this line can send requests at once.
         typer.echo(f"listening on {url}")
         sys.stdout.flush()
-        failed = asyncio.ensure_future(stack.supervisor.wait_failed())
+        failed = asyncio.ensure_future(stack.pool.wait_failed())
         await asyncio.wait({failed, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
         if failed.done() and not interrupted.is_set():
             typer.echo(f"wedgewatch: error: {failed.result()}".replace("\n", " "), err=True)

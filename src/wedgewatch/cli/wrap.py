@@ -62,7 +62,8 @@ def wrap(
     if tag is not None and not tag.replace(".", "").replace("_", "").replace("-", "").isalnum():
         raise BadInput(f"--tag: {tag!r} must be letters, digits, '.', '_' or '-'")
     cfg = load_config(config)
-    profiles.check(cfg.server, str(config))
+    for member in cfg.members():
+        profiles.check(member, str(config))
     lines = command.read_rerun(str(rerun)) if rerun is not None else None
     opts = WrapOptions(argv=cmd, port=port, rerun=lines, env_prefixes=env_prefix or (), tag=tag, grace=grace)
     store = Ledger(ledger or cfg.run.ledger)

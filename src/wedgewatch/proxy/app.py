@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from wedgewatch.config import WatchdogConfig
 from wedgewatch.events import EventBus
 from wedgewatch.heartbeat import Feed
 from wedgewatch.ledger import Ledger
-from wedgewatch.protocols import Upstream
+from wedgewatch.protocols import Router, Upstream
 from wedgewatch.proxy.arrival import Arrival, wait_for_life
 from wedgewatch.proxy.assemble import Kind
 from wedgewatch.proxy.context import Context
@@ -58,8 +59,10 @@ class Proxy:
         bus: EventBus | None = None,
         clock: Clock = SYSTEM,
         feed: Feed | None = None,
+        routes: Sequence[web.RouteDef] = (),
     ) -> None:
         self.feed = feed
+        self._routes = list(routes)  # served beside the proxy's own (a serve's /wedgewatch/restart)
         self._engine: EngineWatch | None = None
         self.upstream: Upstream = StaticUpstream(upstream) if isinstance(upstream, str) else upstream
         self.watchdog = watchdog or WatchdogConfig()
@@ -114,6 +117,7 @@ class Proxy:
         app = web.Application(client_max_size=64 * 1024**2)
         app.router.add_get("/wedgewatch/metrics", self._metrics)
         app.router.add_get("/wedgewatch/status", self._status)
+        app.add_routes(self._routes)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         # handler_cancellation: a client that disconnects cancels its handler, which aborts upstream.
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
@@ -161,16 +165,23 @@ class Proxy:
             attempt_id = request.headers.get(self.watchdog.tag_header) or None
         kind = GENERATIONS.get(path) if request.method == "POST" else None
         # A restart (or a first life not yet ready) is not an error for a request that arrives
-        # meanwhile: it waits for the next ready life, then goes to that life's address.
+        # meanwhile: it waits for the next ready life, then goes to that life's address (in a
+        # pool: for any member's, then to the member the router picks among the ready ones).
         waited, unavailable = await wait_for_life(ctx.upstream, self.watchdog.restart_wait)
-        if kind is None:
-            return await passthrough(ctx, request, path)
-        ex = Exchange(ctx, request, kind, path, Arrival(attempt_id, waited, unavailable))
-        self._inflight[ex.request_id] = ex
+        router = ctx.upstream if isinstance(ctx.upstream, Router) else None
+        upstream = router.route(attempt_id) if router is not None else ctx.upstream
         try:
-            return await ex.run()
+            if kind is None:
+                return await passthrough(ctx, request, path, upstream)
+            ex = Exchange(ctx, request, kind, path, Arrival(attempt_id, waited, unavailable), upstream)
+            self._inflight[ex.request_id] = ex
+            try:
+                return await ex.run()
+            finally:
+                self._inflight.pop(ex.request_id, None)
         finally:
-            self._inflight.pop(ex.request_id, None)
+            if router is not None:
+                router.release(upstream)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         assert self._ctx is not None

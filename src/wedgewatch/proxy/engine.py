@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+_CLOCKS_KEPT = 64
+"""Engine clocks (one per server life heard from) kept before those of idle lives are dropped."""
+
+
 class EngineWatch:
     """Charges engine time to a proxy's requests and stops them all on a verdict. With
     ``engine`` off (the watchdog keeps wall-clock deadlines) it does neither: such a proxy keeps
@@ -41,7 +45,8 @@ class EngineWatch:
         self.clock = clock
         self.feed = feed
         self.engine = engine
-        self._clock = EngineClock()
+        # One per server life: a pool's members report on one feed, each reading its own life's.
+        self._clocks: dict[str | None, EngineClock] = {}
         self._unsubscribe = feed.subscribe(self._on_reading, self._on_stopped)
 
     def close(self) -> None:
@@ -57,7 +62,13 @@ class EngineWatch:
     def _on_reading(self, r: Reading, life_id: str | None) -> None:
         if not self.engine:
             return
-        tick = self._clock.observe(r, life_id)
+        clock = self._clocks.get(life_id)
+        if clock is None:
+            if len(self._clocks) >= _CLOCKS_KEPT:  # ended lives' clocks, once there are many
+                busy = {ex.life.life_id for ex in self.inflight.values() if ex.life is not None}
+                self._clocks = {k: v for k, v in self._clocks.items() if k in busy}
+            clock = self._clocks[life_id] = EngineClock()
+        tick = clock.observe(r, life_id)
         exs = self._of(life_id)
         now = self.clock()
         queued_from = max(0, len(exs) - tick.waiting)
@@ -71,9 +82,10 @@ class EngineWatch:
         if not self.engine:
             return
         now = self.clock()
-        still = float(evidence.get("flat_seconds", self.feed.window))
+        window = float(evidence.get("window", self.feed.window))
+        still = float(evidence.get("flat_seconds", window))
         for ex in self._of(life_id):
-            ex.stalled(ex.watch.engine_stopped(now, still, self.feed.window))
+            ex.stalled(ex.watch.engine_stopped(now, still, window))
 
 
 # Every profile's series (docs/supervisor.md): a standalone proxy does not know which server it

@@ -19,6 +19,7 @@ import aiohttp
 from aiohttp import web
 
 from wedgewatch.clock import Timer
+from wedgewatch.protocols import Upstream
 from wedgewatch.proxy.arrival import Arrival
 from wedgewatch.proxy.assemble import Assembler, Kind
 from wedgewatch.proxy.body import rewrite
@@ -48,7 +49,9 @@ def _snippet(data: bytes, limit: int = 300) -> str:
 
 
 class Exchange:
-    def __init__(self, ctx: Context, request: web.Request, kind: Kind, path: str, arrival: Arrival) -> None:
+    def __init__(
+        self, ctx: Context, request: web.Request, kind: Kind, path: str, arrival: Arrival, upstream: Upstream
+    ) -> None:
         self.ctx = ctx
         self.request = request
         self.kind = kind
@@ -59,8 +62,8 @@ class Exchange:
         self.started_at = time.time()
         self.t0 = ctx.clock()
         self.watch = Watch(ctx.cfg, self.t0, ctx.metrics.itl, engine=ctx.engine)
-        self.life = ctx.upstream.life()
-        self.base_url = ctx.upstream.base_url.rstrip("/")
+        self.life = upstream.life()  # the server (a pool's member) this request goes to
+        self.base_url = upstream.base_url.rstrip("/")
         self.model: str | None = None
         self.client_stream = False
         self.stall: Stall | None = None

@@ -14,6 +14,7 @@ import logging
 import aiohttp
 from aiohttp import web
 
+from wedgewatch.protocols import Upstream
 from wedgewatch.proxy.context import Context
 from wedgewatch.proxy.http import error_object, error_response, forward_headers
 
@@ -22,8 +23,10 @@ log = logging.getLogger(__name__)
 _READS = frozenset({"GET", "HEAD"})
 
 
-async def passthrough(ctx: Context, request: web.Request, path: str) -> web.StreamResponse:
-    url = ctx.upstream.base_url.rstrip("/") + path
+async def passthrough(
+    ctx: Context, request: web.Request, path: str, upstream: Upstream
+) -> web.StreamResponse:
+    url = upstream.base_url.rstrip("/") + path
     if request.query_string:
         url += "?" + request.query_string
     data = await request.read() if request.can_read_body else None

@@ -48,7 +48,8 @@ def _age(info: LifeInfo | None) -> dict[str, Any]:
 
 def requested_model(cfg: Config) -> str:
     """The model name the agent requests: ``agent.model``, else the server's served name."""
-    return cfg.agent.model or cfg.server.served_model_name or cfg.server.model
+    server = cfg.members()[0]  # a pool's members serve one model
+    return cfg.agent.model or server.served_model_name or server.model
 
 
 async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
@@ -60,7 +61,7 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
     instance_id = inst.instance_id
     attempt_id = ctx.attempt_id(inst, attempt_no)
     adir = ctx.workdir / attempt_id
-    life = ctx.server.life()
+    life = ctx.server.bind(attempt_id)  # a pool sends the attempt to one of its servers
     life_id = life.life_id if life is not None else ctx.server.life_id
     started_at = time.time()
     ctx.append(
@@ -189,7 +190,7 @@ async def end_attempt(
     life_id: str | None = None,
 ) -> None:
     """Write the attempt's end row and tell the supervisor. Called once per attempt."""
-    life = ctx.server.life()
+    life = ctx.server.life(flight.attempt_id)  # the life of the server the attempt was sent to
     end_life = life_id or (life.life_id if life is not None else flight.life_id)
     ctx.append(
         "attempt_ends",
@@ -234,12 +235,17 @@ def write_end(ctx: RunContext, flight: InFlight, status: str, reason: str, detai
         ctx.counters.api_errors += 1
 
 
-def end_all_in_flight(ctx: RunContext, status: str, reason: str, detail: dict[str, Any]) -> int:
-    """End every attempt in flight now (a server restart); their threads are abandoned and their
-    late results ignored. Synchronous: called from an event subscriber in the loop's thread."""
+def end_all_in_flight(
+    ctx: RunContext, status: str, reason: str, detail: dict[str, Any], life_id: str | None = None
+) -> int:
+    """End every attempt in flight now (those on ``life_id`` when given: a restarted server's);
+    their threads are abandoned and their late results ignored. Synchronous: called from an event
+    subscriber in the loop's thread."""
     n = 0
     for flight in list(ctx.inflight.values()):
         if flight.ended_by is not None or flight.done.done():
+            continue
+        if life_id is not None and flight.life_id not in (None, life_id):
             continue
         flight.ended_by = (status, reason)
         write_end(ctx, flight, status, reason, detail)

@@ -20,7 +20,8 @@ from wedgewatch.protocols import AgentResult, LifeInfo, Sandbox
 
 
 class ServerSide(Protocol):
-    """What the runner needs of the supervisor."""
+    """What the runner needs of its servers (``supervisor.pool.Pool``: one server is a pool of
+    one)."""
 
     @property
     def base_url(self) -> str: ...
@@ -28,13 +29,17 @@ class ServerSide(Protocol):
     @property
     def life_id(self) -> str | None: ...
 
-    def life(self) -> LifeInfo | None: ...
+    def life(self, attempt_id: str | None = None) -> LifeInfo | None:
+        """The life serving ``attempt_id`` (or any ready one)."""
+
+    def bind(self, attempt_id: str) -> LifeInfo | None:
+        """Send a new attempt to a server; the life it will run on."""
 
     async def wait_ready(self) -> None: ...
 
     def note_attempt(self, api_error: bool, life_id: str | None = None) -> None: ...
 
-    def note_instance_done(self) -> None: ...
+    def note_instance_done(self, attempt_id: str | None = None) -> None: ...
 
     async def settle(self, life_id: str | None) -> None:
         """Wait for the verdict (wedged or not) on a life an attempt just failed on."""

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+from wedgewatch.config import server_of
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 from wedgewatch.vocab import MODEL_OUTCOMES
@@ -38,7 +39,7 @@ def model_name(ledger: Ledger, run_id: str) -> str:
     adapter's, with ``agent.model``), else the served model name."""
     run = queries.resolve_run(ledger, run_id)
     cfg = json.loads(run["config_json"])
-    server = cfg.get("server", {})
+    server = server_of(cfg)
     name = (
         cfg.get("run", {}).get("model_name")
         or cfg.get("agent", {}).get("model")

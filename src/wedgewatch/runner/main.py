@@ -69,7 +69,8 @@ def start(
     rid = check_run_id(run_id) if run_id else new_run_id()
     from wedgewatch.supervisor.profiles import check_requested_model
 
-    check_requested_model(cfg.server, cfg.agent.model)
+    for member in cfg.members():
+        check_requested_model(member, cfg.agent.model)
     executors.check(cfg)
     suite = load_suite(cfg.suite)
     if make_sandbox is None:

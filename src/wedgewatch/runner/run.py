@@ -62,16 +62,11 @@ def effective(cfg: Config) -> Config:
     ``run.seed`` handed to the simulator. The ledger keeps the config as written."""
     data = cfg.snapshot()
     scale = cfg.run.time_scale
-    server, watchdog = data["server"], data["watchdog"]
-
-    def scaled(seconds: float) -> float:
-        # A scaled deadline never drops below the machine's own scheduling noise (a busy event
-        # loop, threads waiting for the GIL): below a second it would fire on a healthy server.
-        return max(seconds / scale, min(seconds, SCALED_FLOOR))
+    watchdog = data["watchdog"]
+    for server in data["servers"] or [data["server"]]:
+        _effective_server(server, scale, cfg.run.seed)
 
     if scale != 1.0:
-        if server["profile"] == "sim" and server["time_scale"] == 1.0:
-            server["time_scale"] = scale
         for key in (
             "ttft_timeout",
             "stall_timeout",
@@ -80,20 +75,33 @@ def effective(cfg: Config) -> Config:
             "rate_window",
             "total_timeout",
         ):
-            watchdog[key] = scaled(watchdog[key])
+            watchdog[key] = _scaled(watchdog[key], scale)
         watchdog["min_rate"] = watchdog["min_rate"] * scale
-        # The supervisor's windows watch the server's work, so they shrink with it too.
-        for key in ("wedge_window", "heartbeat_window", "canary_timeout"):
-            server[key] = scaled(server[key])
-        window = server["heartbeat_window"] if server["detection"] == "heartbeat" else server["wedge_window"]
-        server["scrape_interval"] = min(server["scrape_interval"], max(0.1, window / 4))
-        server["warmup"]["timeout"] = scaled(server["warmup"]["timeout"])
         # The client's deadline is on the server's work too; the agent's own limits (command
         # timeouts, the attempt's wall clock) are real time, as sandbox commands run at real speed.
-        data["agent"]["client_timeout"] = scaled(data["agent"]["client_timeout"])
-    if server["profile"] == "sim" and "--seed" not in server["args"]:
-        server["args"] = [*server["args"], "--seed", str(cfg.run.seed)]
+        data["agent"]["client_timeout"] = _scaled(data["agent"]["client_timeout"], scale)
     return validate(data, "effective config")
+
+
+def _scaled(seconds: float, scale: float) -> float:
+    # A scaled deadline never drops below the machine's own scheduling noise (a busy event loop,
+    # threads waiting for the GIL): below a second it would fire on a healthy server.
+    return max(seconds / scale, min(seconds, SCALED_FLOOR))
+
+
+def _effective_server(server: dict[str, Any], scale: float, seed: int) -> None:
+    """One server's (or pool member's) settings under ``run.time_scale`` and ``run.seed``."""
+    if scale != 1.0:
+        if server["profile"] == "sim" and server["time_scale"] == 1.0:
+            server["time_scale"] = scale
+        # The supervisor's windows watch the server's work, so they shrink with it too.
+        for key in ("wedge_window", "heartbeat_window", "canary_timeout"):
+            server[key] = _scaled(server[key], scale)
+        window = server["heartbeat_window"] if server["detection"] == "heartbeat" else server["wedge_window"]
+        server["scrape_interval"] = min(server["scrape_interval"], max(0.1, window / 4))
+        server["warmup"]["timeout"] = _scaled(server["warmup"]["timeout"], scale)
+    if server["profile"] == "sim" and "--seed" not in server["args"]:
+        server["args"] = [*server["args"], "--seed", str(seed)]
 
 
 def create_run(ledger: Ledger, cfg: Config, suite: Suite, run_id: str) -> None:
@@ -185,8 +193,9 @@ class Execution:
     ctx: RunContext | None = None
 
 
-async def _drive_instance(ctx: RunContext, instance_id: str) -> None:
-    """Attempts, then evaluation, as the ledger says, until nothing is left to do."""
+async def _drive_instance(ctx: RunContext, instance_id: str) -> str | None:
+    """Attempts, then evaluation, as the ledger says, until nothing is left to do; returns the
+    instance's final attempt (the server that served it counts it toward a recycle)."""
     inst = ctx.instance(instance_id)
     while True:
         span = Span()
@@ -202,7 +211,8 @@ async def _drive_instance(ctx: RunContext, instance_id: str) -> None:
         elif action == "running":
             raise RuntimeError(f"{instance_id}: an attempt of this run is in flight outside this process")
         else:
-            return
+            final = nxt["final_attempt"]
+            return str(final) if final is not None else None
 
 
 async def _workers(ctx: RunContext, todo: list[str]) -> None:
@@ -215,11 +225,11 @@ async def _workers(ctx: RunContext, todo: list[str]) -> None:
             iid = queue.get_nowait()
             ctx.counters.running += 1
             try:
-                await _drive_instance(ctx, iid)
+                last = await _drive_instance(ctx, iid)
             finally:
                 ctx.counters.running -= 1
             ctx.counters.done += 1
-            ctx.server.note_instance_done()
+            ctx.server.note_instance_done(last)
 
     async with asyncio.TaskGroup() as tg:
         for _ in range(min(ctx.cfg.run.concurrency, max(1, len(todo)))):
@@ -246,29 +256,33 @@ async def execute(
     eff = effective(cfg)
     total = ledger.query("SELECT COUNT(*) FROM run_instances WHERE run_id = ?", (run_id,))[0][0]
     executor = executors.get_executor(eff)  # an unknown one, or Ray not installed: before any mark
-    stack = Stack(eff.server, eff.watchdog, ledger=ledger, run_id=run_id)
-    sup = stack.supervisor
+    stack = Stack(eff.members(), eff.watchdog, ledger=ledger, run_id=run_id)
+    pool = stack.pool
     ctx = RunContext(
         cfg=eff,
         ledger=ledger,
         run_id=run_id,
         workdir=Path(eff.run.workdir).resolve() / run_id,
         proxy_url="",
-        server=sup,
+        server=pool,
         make_sandbox=make_sandbox or default_sandbox_factory(eff),
         is_infra=is_infra_outcome,
         loop=asyncio.get_running_loop(),
         executor=executor,
     )
 
-    # A planned recycle waits for the attempts in flight (supervisor/drain.py).
-    sup.busy = lambda: sum(1 for f in ctx.inflight.values() if f.ended_by is None)
+    # A planned recycle waits for the attempts in flight on its server (supervisor/drain.py), and
+    # the pool sends a new attempt to the server with the least work.
+    pool.count_busy(
+        lambda life_id: sum(1 for f in ctx.inflight.values() if f.ended_by is None and f.life_id == life_id)
+    )
 
     def on_event(ev: Event) -> None:
         if isinstance(ev, Restarting):
             ctx.counters.restarts += 1
             detail = {"restart_reason": ev.reason, "life_id": ev.life_id}
-            end_all_in_flight(ctx, API_ERROR, SERVER_RESTARTED, detail)
+            # Only the attempts on the restarted server: a pool's other members keep theirs.
+            end_all_in_flight(ctx, API_ERROR, SERVER_RESTARTED, detail, life_id=ev.life_id)
         elif isinstance(ev, Stalled):
             ctx.counters.stalls += 1
 

@@ -127,10 +127,13 @@ class Life:
 class Recorder:
     """Writes a life's facts to the ledger (when there is one); never raises into the caller."""
 
-    def __init__(self, ledger: Ledger | None, run_id: str | None, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, ledger: Ledger | None, run_id: str | None, clock: Callable[[], float], member: str | None = None
+    ) -> None:
         self.ledger = ledger
         self.run_id = run_id
         self.clock = clock
+        self.member = member  # the pool member's name, on every life it records
 
     def _append(self, table: str, row: dict[str, Any]) -> None:
         if self.ledger is None:
@@ -154,6 +157,7 @@ class Recorder:
                 "start_reason": life.start_reason,
                 "started_at": time.time(),
                 "log_path": str(life.log_path) if life.log_path else None,
+                "member": self.member,
             },
         )
 

@@ -14,6 +14,8 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -240,13 +242,25 @@ class AdoptedServer:
 
 
 class HookServer:
-    """A server we do not own (``external``): ``start`` runs the restart hook, if any."""
+    """A server we do not own (``external``): ``start`` restarts it with the restart hook (an
+    argv), or by POSTing to ``restart_url`` (a ``wedgewatch serve`` on another host, which
+    answers once its new life is ready), if either is given."""
 
-    def __init__(self, base_url: str, hook: list[str], log_path: Path, timeout: float) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        hook: list[str],
+        log_path: Path,
+        timeout: float,
+        restart_url: str | None = None,
+        token_env: str = "",
+    ) -> None:
         self._base_url = base_url
         self.hook = hook
         self.log_path = log_path
         self.timeout = timeout
+        self.restart_url = restart_url
+        self.token_env = token_env
 
     @property
     def base_url(self) -> str:
@@ -257,6 +271,9 @@ class HookServer:
         return None
 
     def start(self) -> None:
+        if self.restart_url:
+            self._post_restart(self.restart_url)
+            return
         if not self.hook:
             return
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -275,6 +292,27 @@ class HookServer:
             raise ServerStartError(f"restart hook {self.hook[0]!r} failed: {exc}") from None
         if proc.returncode != 0:
             raise ServerStartError(f"restart hook exited with code {proc.returncode}; see {self.log_path}")
+
+    def _post_restart(self, url: str) -> None:
+        token = os.environ.get(self.token_env, "")
+        if not token:
+            raise ServerStartError(
+                f"server.restart_url: the bearer token is not set (environment variable {self.token_env})"
+            )
+        request = urllib.request.Request(
+            url,
+            data=b"{}",
+            method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
+                resp.read()
+        except urllib.error.HTTPError as exc:
+            body = exc.read()[:300].decode(errors="replace")
+            raise ServerStartError(f"restart at {url} answered HTTP {exc.code}: {body}") from None
+        except (OSError, ValueError) as exc:
+            raise ServerStartError(f"restart at {url} failed: {exc}") from None
 
     def poll(self) -> int | None:
         return None

@@ -117,7 +117,10 @@ class Starter:
         assert cfg.url
         log_path = Path(cfg.log_dir) / "restart-hook.log"
         hook = cfg.restart_hook if run_hook else []
-        proc = HookServer(cfg.url.rstrip("/"), hook, log_path, cfg.startup_timeout)
+        restart_url = cfg.restart_url if run_hook else None
+        proc = HookServer(
+            cfg.url.rstrip("/"), hook, log_path, cfg.startup_timeout, restart_url, cfg.restart_token_env
+        )
         return self.new_life(proc, list(cfg.restart_hook), reason, owned=False, log_path=log_path)
 
     def adopt(self, url: str) -> Life:

@@ -61,7 +61,7 @@ class Supervisor:
         self.series = profiles.series(cfg, self.profile)
         self.bus = bus or EventBus()
         self.clock = clock
-        self.rec = Recorder(ledger, run_id, clock)
+        self.rec = Recorder(ledger, run_id, clock, cfg.name)
         self._life: Life | None = None
         self._last_url = cfg.url or f"http://{cfg.host}:{cfg.port}"
         self._lock = asyncio.Lock()
@@ -206,7 +206,7 @@ class Supervisor:
     async def _first_life(self) -> None:
         cfg = self.cfg
         if not self.profile.owned:
-            run_hook = cfg.fresh and bool(cfg.restart_hook)
+            run_hook = cfg.fresh and bool(cfg.restart_hook or cfg.restart_url)
             await self._bring_up("run_start" if run_hook else "adopted", run_hook=run_hook)
             return
         if not cfg.fresh and (cfg.url or cfg.port):
@@ -293,10 +293,9 @@ class Supervisor:
         async with self._lock:
             if self._stopping or life is not self._life:
                 return  # a stale alarm: that life is already gone
-            if isinstance(life.proc, HookServer) and not self.cfg.restart_hook:
-                self.rec.event(
-                    "restart_skipped", {"reason": reason, "why": "external server, no restart_hook"}, life
-                )
+            if isinstance(life.proc, HookServer) and not (self.cfg.restart_hook or self.cfg.restart_url):
+                why = "external server, no restart_hook or restart_url"
+                self.rec.event("restart_skipped", {"reason": reason, "why": why}, life)
                 life.restart_due = False
                 self._notify()
                 return

@@ -82,7 +82,7 @@ async def wrap(cfg: Config, ledger: Ledger, opts: WrapOptions) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, interrupted.set)
     stop_wait = asyncio.ensure_future(interrupted.wait())
-    stack = Stack(cfg.server, cfg.watchdog, ledger=ledger, run_id=opts.harness_run_id)
+    stack = Stack(cfg.members(), cfg.watchdog, ledger=ledger, run_id=opts.harness_run_id)
     proc: asyncio.subprocess.Process | None = None
     started_row = False
     code: int | None = None

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from wedgewatch.config import server_of
 from wedgewatch.errors import BadInput
 
 # A server that "already served another workload", for the simulator: requests before the run
@@ -57,7 +58,7 @@ def _args(cfg: Snapshot) -> list[str]:
 
 
 def _preload_age(snap: Snapshot) -> int:
-    args = [str(a) for a in snap.get("server", {}).get("args", [])]
+    args = [str(a) for a in server_of(snap).get("args", [])]
     for i, a in enumerate(args):
         if a == "--preload-age" and i + 1 < len(args):
             return int(args[i + 1]) if args[i + 1].isdigit() else 0
@@ -80,7 +81,7 @@ def _apply_fresh(cfg: Snapshot, level: Any, used_age: int) -> None:
 
 
 def _read_fresh(snap: Snapshot) -> str:
-    fresh = snap.get("server", {}).get("fresh", True)
+    fresh = server_of(snap).get("fresh", True)
     return "off" if (not fresh or _preload_age(snap) > 0) else "on"
 
 
@@ -94,7 +95,7 @@ def _apply_flags(cfg: Snapshot, level: Any, used_age: int) -> None:
 
 
 def _read_flags(snap: Snapshot) -> str:
-    return HYBRID_SAFE if HYBRID_SAFE in snap.get("server", {}).get("arg_sets", []) else "none"
+    return HYBRID_SAFE if HYBRID_SAFE in server_of(snap).get("arg_sets", []) else "none"
 
 
 def _flag_applier(flag: str, present_level: str) -> Callable[[Snapshot, Any, int], None]:
@@ -107,7 +108,7 @@ def _flag_applier(flag: str, present_level: str) -> Callable[[Snapshot, Any, int
 
 def _flag_reader(flag: str, present: str, absent: str) -> Callable[[Snapshot], str]:
     def read(snap: Snapshot) -> str:
-        server = snap.get("server", {})
+        server = server_of(snap)
         via_set = HYBRID_SAFE in server.get("arg_sets", []) and server.get("profile", "sim") in VLLM_LIKE
         return present if (flag in server.get("args", []) or via_set) else absent
 
@@ -137,7 +138,7 @@ def _apply_lora(cfg: Snapshot, level: Any, used_age: int) -> None:
 
 def _read_lora(snap: Snapshot) -> str:
     requested = (snap.get("agent") or {}).get("model")
-    return "adapter" if requested in (snap.get("server", {}).get("lora_modules") or {}) else "base"
+    return "adapter" if requested in (server_of(snap).get("lora_modules") or {}) else "base"
 
 
 def _apply_concurrency(cfg: Snapshot, level: Any, used_age: int) -> None:
