@@ -56,7 +56,7 @@ class Pool:
         bound = self._sticky.get(attempt_id) if attempt_id is not None else None
         if bound is not None:
             return bound.life()
-        member = self._first(self.takes_work) or self._first(self.serves)
+        member = self._first(self.takes_work) or self._first(self.serves) or self._first(self.has_life)
         return member.life() if member is not None else None
 
     @property
@@ -173,16 +173,22 @@ class Pool:
 
     @staticmethod
     def serves(m: Supervisor) -> bool:
-        """The member has a ready life that requests can reach."""
+        """The member has a ready life that requests can reach and that was not found wedged."""
         life = m.current
-        return life is not None and life.ready and not life.ended and not m.stopping
+        return life is not None and life.ready and not (life.ended or life.wedged) and not m.stopping
 
     @classmethod
     def takes_work(cls, m: Supervisor) -> bool:
-        """Serving, and taking new work: not draining for a recycle, not found wedged, no restart
-        decided on (the member's own ``wait_ready`` says the same)."""
+        """Serving, and taking new work: not draining for a recycle, no restart decided on (the
+        member's own ``wait_ready`` says the same)."""
         life = m.current
-        return cls.serves(m) and life is not None and not (life.restart_due or life.draining or life.wedged)
+        return cls.serves(m) and life is not None and not (life.restart_due or life.draining)
+
+    @staticmethod
+    def has_life(m: Supervisor) -> bool:
+        """Any current life, a wedged one included (kept when ``restart_on_wedge`` is off: its
+        requests then meet the proxy's deadlines, as they would on one server)."""
+        return m.current is not None
 
     def _first(self, test: Callable[[Supervisor], bool]) -> Supervisor | None:
         return next((m for m in self.members if test(m)), None)
@@ -191,10 +197,11 @@ class Pool:
         return self._inflight[id(m)] + self._busy(m.life_id)
 
     def _least_busy(self) -> Supervisor:
-        """The open member with the least work (requests in flight through the proxy, plus the
-        runner's attempts bound to it); else the least busy still serving; else the first member
-        (a request then waits at the proxy for a ready life, or fails)."""
-        for test in (self.takes_work, self.serves):
+        """The member taking new work with the least of it (requests in flight through the
+        proxy, plus the runner's attempts bound to it); else the least busy still serving; else
+        one with any life; else the first member (a request then waits at the proxy for a ready
+        life, or fails)."""
+        for test in (self.takes_work, self.serves, self.has_life):
             found = [m for m in self.members if test(m)]
             if found:
                 return min(found, key=self._load)  # the first in the config on a tie
