@@ -60,6 +60,7 @@ bench: $(STAMP)
 	$(BIN)/wedgewatch bench runner
 	$(BIN)/wedgewatch bench llamacpp
 	$(BIN)/wedgewatch bench detection
+	$(BIN)/wedgewatch bench scale
 
 # Regenerates the one lock from pyproject.toml, every extra included (needs network to PyPI).
 lock: $(STAMP)
