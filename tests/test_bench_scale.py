@@ -11,13 +11,18 @@ import pytest
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "wedgewatch", "bench", "scale", *args], capture_output=True, text=True, timeout=240
+        [sys.executable, "-m", "wedgewatch", "bench", "scale", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
 
 
 @pytest.mark.timeout(300)
 def test_a_pool_run_and_an_idle_pool_are_measured() -> None:
-    r = _bench("--servers", "2", "--instances", "8", "--concurrency", "4", "--idle", "2", "--idle-seconds", "2")
+    r = _bench(
+        "--servers", "2", "--instances", "8", "--concurrency", "4", "--idle", "2", "--idle-seconds", "2"
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(r.stdout)
     (run,) = doc["runs"]

@@ -20,6 +20,7 @@ import pytest
 
 from conftest import RunningServer, launch
 from ledger_helpers import outcomes
+from wedgewatch.analysis.summary import summarise
 from wedgewatch.config import load_config
 from wedgewatch.ledger import Ledger, checks
 from wedgewatch.runner import main as runner_main
@@ -113,6 +114,9 @@ def test_a_wedge_on_one_member_restarts_only_it_and_the_outcomes_equal_one_serve
         )
         ended = lg.query("SELECT status, reason, life_id FROM attempt_ends")
         assert checks.problems(lg) == []
+        by_member = summarise(lg, "pool")["server"]["by_member"]
+    assert by_member["s0"] == {"lives": 1, "restarts": 0} == by_member["s2"]
+    assert by_member["s1"]["lives"] == by_member["s1"]["restarts"] + 1 >= 2  # what `report` shows
 
     # Every instance ends on the model's side, as on one server with the same seed.
     assert len(got) == len(IDS) and set(got.values()) <= set(MODEL_OUTCOMES)

@@ -94,12 +94,30 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
             "restart_reasons": dict(Counter(lv["start_reason"] for lv in restarts)),
             "wedges": events.get("wedge", 0),
             "crashes": events.get("crash", 0),
+            "by_member": _by_member(lives, restarts),
         },
         "infra_time": {
             "attempt_seconds": round(infra_seconds, 3),
             "restart_seconds": round(restart_seconds, 3),
         },
     }
+
+
+def _by_member(lives: list[Any], restarts: list[Any]) -> dict[str, dict[str, int]]:
+    """Lives and restarts of each pool member (``[[servers]]``); empty for one ``[server]``."""
+    restarted = {lv["life_id"] for lv in restarts}
+    out: dict[str, dict[str, int]] = {}
+    for lv in lives:
+        if lv["member"] is not None:
+            m = out.setdefault(str(lv["member"]), {"lives": 0, "restarts": 0})
+            m["lives"] += 1
+            m["restarts"] += lv["life_id"] in restarted
+    return out
+
+
+def _members_text(srv: dict[str, Any]) -> str:
+    parts = [f"{name} {m['lives']} ({m['restarts']} restarts)" for name, m in srv["by_member"].items()]
+    return f"; lives by member: {', '.join(parts)}" if parts else ""
 
 
 def _pct(rate: dict[str, Any]) -> str:
@@ -135,6 +153,7 @@ def render_text(s: dict[str, Any]) -> str:
         f"server lives {srv['lives']}, restarts {srv['restarts']}"
         + (f" ({json.dumps(srv['restart_reasons'])})" if srv["restarts"] else "")
         + f", wedges {srv['wedges']}, crashes {srv['crashes']}"
+        + _members_text(srv)
     )
     t = s["infra_time"]
     lines.append(
@@ -191,7 +210,8 @@ def render_table(s: dict[str, Any]) -> Any:
         str(srv["lives"]),
         f"{srv['restarts']} restarts"
         + (f" {json.dumps(srv['restart_reasons'])}" if srv["restarts"] else "")
-        + f", {srv['wedges']} wedges, {srv['crashes']} crashes",
+        + f", {srv['wedges']} wedges, {srv['crashes']} crashes"
+        + _members_text(srv),
     )
     ti = s["infra_time"]
     t.add_row(
