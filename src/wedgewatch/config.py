@@ -228,6 +228,19 @@ class RunConfig(_Section):
     ledger's writer stay in this process either way."""
     ray: RayConfig = Field(default_factory=RayConfig)
     """The Ray executor's cluster and per-attempt resources."""
+    lease_interval: float = Field(5.0, gt=0)
+    """Seconds between a runner's liveness rows (`runner_beats`) when several runners may share
+    the run (a PostgreSQL ledger): how the run's other runners, on any host, know it is alive."""
+    lease_timeout: float = Field(30.0, gt=0)
+    """Seconds without a liveness row before the run's other runners (or a resume) take a runner
+    for dead: its attempts in flight end `interrupted`/`runner_lost` and are attempted again.
+    Several intervals (at least two), so one slow write is not taken for a death."""
+
+    @model_validator(mode="after")
+    def _lease(self) -> RunConfig:
+        if self.lease_timeout < 2 * self.lease_interval:
+            raise ValueError("lease_timeout must be at least twice lease_interval")
+        return self
 
 
 class Config(_Section):

@@ -22,6 +22,7 @@ boundary where they are caught. Retry decisions key on the class, never on messa
     │       └── AgentCrash
     ├── ExecutorError                the executor could not run attempts (runner/executors)
     │   └── WorkerLost               the process or node running an attempt died -> interrupted
+    ├── RunnerLost                   this runner was found dead by the run's others: it stops
     ├── CarriedError                 an attempt's exception, carried back from another process
     ├── ServerError                  the supervisor could not bring a server up
     │   ├── ServerStartError         exited during start-up or never became ready
@@ -143,6 +144,12 @@ class AgentCrash(HarnessError):
 
 
 # --- executors ---------------------------------------------------------------------------------
+
+
+class RunnerLost(WedgewatchError):
+    """Another runner of the run (or a resume) found this one dead, its lease run out (a hung
+    process, a host cut off from the database), and ended its attempts: their work is theirs now.
+    The runner stops (aborted), rather than go on with attempts the others would end again."""
 
 
 class ExecutorError(WedgewatchError):

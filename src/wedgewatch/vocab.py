@@ -78,6 +78,11 @@ WORKER_LOST = "worker_lost"
 """The executor's worker (a Ray worker process, or its node) died under the attempt: it ends
 ``interrupted`` and the instance is attempted again (runner/executors)."""
 ATTEMPT_TIMEOUT = "attempt_timeout"
+FOUND_ON_RESUME = "found_on_resume"
+"""A resume found the attempt in flight, its runner dead (a crash, SIGKILL)."""
+RUNNER_LOST = "runner_lost"
+"""Another runner of the run found the attempt's runner dead (its process gone, or its lease run
+out): it ends ``interrupted`` and the instance is attempted again (docs/scale-out.md)."""
 
 # --- instance outcomes (derived by the ledger's views, never stored) ----------------------------
 

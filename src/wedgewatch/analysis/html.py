@@ -105,7 +105,7 @@ def _run_context(rd: RunData, label: str) -> dict[str, Any]:
         "run_id": rd.run_id,
         "s": s,
         "started": dt.datetime.fromtimestamp(rd.t0, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "in_flight": s["state"] in ("created", "started", "resumed"),
+        "in_flight": s["state"] in ("created", "started", "resumed", "joined"),
         "score": rate_text(s["resolved_rate_all"]),
         "score_model": rate_text(s["resolved_rate_model"]),
         "plots": {

@@ -112,7 +112,7 @@ def load_run(ledger: Ledger, run_id: str | None = None) -> RunData:
     seen += [lv["t_end"] if lv["t_end"] is not None else lv["t_start"] for lv in lives]
     seen += [q["t"] + q["duration"] for q in requests] + [e["t"] for e in events]
     seen += [m["ts"] - t0 for m in marks] + [max((t for _, t, _ in samples), default=0.0)]
-    if s["state"] in ("created", "started", "resumed"):
+    if s["state"] in ("created", "started", "resumed", "joined"):
         seen.append(min(time.time() - t0, max(seen) + 1.0))  # in flight: running bars reach "now"
     return RunData(
         run_id=rid,

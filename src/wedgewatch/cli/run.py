@@ -1,4 +1,4 @@
-"""``wedgewatch run CONFIG.toml [--run-id ID] [--resume ID] [--json]``."""
+"""``wedgewatch run CONFIG.toml [--run-id ID] [--resume ID | --join ID] [--json]``."""
 
 from __future__ import annotations
 
@@ -30,11 +30,20 @@ def run_cmd(
             help="Go on with this run after a crash, Ctrl-C or SIGKILL (its own config is used).",
         ),
     ] = None,
+    join: Annotated[
+        str | None,
+        typer.Option(
+            "--join",
+            help="Work on this run beside the runners already on it (any host; a postgresql:// "
+            "ledger; its own config is used).",
+        ),
+    ] = None,
     ledger: Annotated[
         str | None,
         typer.Option(
             "--ledger",
-            help="Ledger (a SQLite file or postgresql://...) for --resume (default: CONFIG's run.ledger).",
+            help="Ledger (a SQLite file or postgresql://...) for --resume or --join "
+            "(default: CONFIG's run.ledger).",
         ),
     ] = None,
     attempts: Annotated[
@@ -56,7 +65,17 @@ def run_cmd(
 
     cfg: Config | None = load_config(config) if config is not None else None
     show = not json_out and sys.stderr.isatty()
-    if resume is not None:
+    if join is not None:
+        for flag, value in (("--resume", resume), ("--run-id", run_id), ("--attempts", attempts)):
+            if value is not None:
+                raise BadInput(f"{flag}: not with --join (a runner joins the run as it is)")
+        rid = join
+        ledger_path = str(ledger) if ledger else (cfg.run.ledger if cfg else RunConfig().ledger)
+        join_cfg = cfg
+
+        def call() -> object:
+            return runner_main.join(ledger_path, rid, given=join_cfg, show_progress=show)
+    elif resume is not None:
         if run_id is not None:
             raise BadInput("--run-id: not with --resume (the run keeps its id)")
         rid = resume
@@ -71,7 +90,9 @@ def run_cmd(
         if attempts is not None:
             raise BadInput("--attempts: only with --resume; a new run takes run.attempts from its config")
         if ledger is not None:
-            raise BadInput("--ledger: only with --resume; a new run writes to its config's run.ledger")
+            raise BadInput(
+                "--ledger: only with --resume or --join; a new run writes to its config's run.ledger"
+            )
         rid = check_run_id(run_id) if run_id else new_run_id()
         ledger_path = cfg.run.ledger
         new_cfg = cfg
@@ -83,14 +104,15 @@ def run_cmd(
         call()
     except KeyboardInterrupt:
         _print_summary(ledger_path, rid, json_out)
-        typer.echo(f"interrupted; go on with: wedgewatch run --resume {rid} --ledger {ledger_path}", err=True)
+        again = f"--join {rid}" if join is not None else f"--resume {rid}"
+        typer.echo(f"interrupted; go on with: wedgewatch run {again} --ledger {ledger_path}", err=True)
         raise SystemExit(130) from None
     except WedgewatchError as exc:
         if not isinstance(exc, BadInput):
             _print_summary(ledger_path, rid, json_out)
+            again = f"--join {rid}" if join is not None else f"--resume {rid}"
             typer.echo(
-                f"run {rid} stopped; go on with: wedgewatch run --resume {rid} --ledger {ledger_path}",
-                err=True,
+                f"run {rid} stopped; go on with: wedgewatch run {again} --ledger {ledger_path}", err=True
             )
         raise
     _print_summary(ledger_path, rid, json_out)

@@ -21,6 +21,7 @@ BATCH = 5000
 
 _ATTEMPTS = "(SELECT attempt_id FROM attempts WHERE run_id = ?)"
 _LIVES = "(SELECT life_id FROM server_lives WHERE run_id = ?)"
+_RUNNERS = "(SELECT runner_id FROM runners WHERE run_id = ?)"
 # Each table's rows of one run: (WHERE clause, how many times the run id is bound).
 RUN_ROWS: dict[str, tuple[str, int]] = {
     "runs": ("run_id = ?", 1),
@@ -38,6 +39,10 @@ RUN_ROWS: dict[str, tuple[str, int]] = {
     "requests": (f"attempt_id IN {_ATTEMPTS} OR life_id IN {_LIVES}", 2),
     "events": (f"run_id = ? OR attempt_id IN {_ATTEMPTS} OR life_id IN {_LIVES}", 3),
     "metric_samples": (f"life_id IN {_LIVES}", 1),
+    "runners": ("run_id = ?", 1),
+    "runner_beats": (f"runner_id IN {_RUNNERS}", 1),
+    "runner_ends": (f"runner_id IN {_RUNNERS}", 1),
+    "evaluation_starts": ("run_id = ?", 1),
 }
 
 
@@ -55,9 +60,9 @@ def _run_ids(ledger: Ledger) -> list[str]:
 
 def _order(ledger: Ledger, table: str) -> str:
     cols = ledger.columns(table)
-    for key in ("id", "request_id", "attempt_id", "life_id", "harness_run_id", "run_id"):
+    for key in ("id", "request_id", "attempt_id", "life_id", "harness_run_id", "runner_id", "run_id"):
         if key in cols:
-            return key + (", instance_id" if table == "run_instances" else "")
+            return key + {"run_instances": ", instance_id", "evaluation_starts": ", eval_no"}.get(table, "")
     return ", ".join(cols)
 
 

@@ -5,8 +5,12 @@ start; a server life's end is a row in ``server_life_ends``. Instance outcomes, 
 retry are views. Bump SCHEMA_VERSION with every change and add a migration step in store.py.
 """
 
-SCHEMA_VERSION = 5  # 3: harness_runs, harness_run_ends (wedgewatch wrap); 4: run_changes;
-# 5: server_lives.member (a pool of servers, [[servers]])
+from wedgewatch.ledger.schema_runners import RUNNER_TABLES
+
+SCHEMA_VERSION = 6  # 3: harness_runs, harness_run_ends (wedgewatch wrap); 4: run_changes;
+# 5: server_lives.member (a pool of servers, [[servers]]); 6: several runners on one run (runners,
+# runner_beats, runner_ends, evaluation_starts, attempts.runner_id, evaluations.eval_no, the unique
+# index attempts_claim)
 
 # Columns added after version 1, per version: (table, column, type). A ledger written by an older
 # wedgewatch gets them with ALTER TABLE ... ADD COLUMN (existing rows read NULL there); fresh
@@ -23,6 +27,9 @@ ADDED_COLUMNS: dict[int, list[tuple[str, str, str]]] = {
     ],
     4: [],  # the table run_changes (CREATE TABLE IF NOT EXISTS makes it in older files)
     5: [("server_lives", "member", "TEXT")],
+    # The tables runners, runner_beats, runner_ends and evaluation_starts, and the unique index
+    # attempts_claim, come from CREATE ... IF NOT EXISTS.
+    6: [("attempts", "runner_id", "TEXT"), ("evaluations", "eval_no", "INTEGER")],
 }
 
 TABLES = """
@@ -147,7 +154,8 @@ CREATE TABLE IF NOT EXISTS attempts (
     sandbox_path TEXT,
     age_seconds REAL,  -- the server life's age when the attempt started
     age_requests INTEGER,
-    age_tokens INTEGER
+    age_tokens INTEGER,
+    runner_id TEXT  -- the runner process that claimed it (runners); NULL before version 6
 );
 
 -- How an attempt ended: status is submitted, early_stop, api_error, harness_error, interrupted.
@@ -173,8 +181,10 @@ CREATE TABLE IF NOT EXISTS evaluations (
     ts REAL NOT NULL,
     resolved INTEGER,
     source TEXT NOT NULL,
-    detail_json TEXT
+    detail_json TEXT,
+    eval_no INTEGER  -- the evaluation_starts row it ends; NULL for imported verdicts and before 6
 );
+
 
 -- One row per LLM request through the proxy, written when it ends.
 CREATE TABLE IF NOT EXISTS requests (
@@ -228,7 +238,11 @@ CREATE INDEX IF NOT EXISTS requests_life ON requests(life_id, started_at);
 CREATE INDEX IF NOT EXISTS lives_run ON server_lives(run_id);
 CREATE INDEX IF NOT EXISTS marks_run ON run_marks(run_id, id);
 CREATE INDEX IF NOT EXISTS changes_run ON run_changes(run_id, field, id);
+-- The claim: a second runner inserting the same attempt of an instance gets LedgerConflict.
+CREATE UNIQUE INDEX IF NOT EXISTS attempts_claim ON attempts(run_id, instance_id, attempt_no);
 """
+
+TABLES += RUNNER_TABLES
 
 VIEWS = """
 -- Every attempt with its end (if any). ``status`` is 'running' until an end row exists;

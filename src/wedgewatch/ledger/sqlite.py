@@ -106,6 +106,10 @@ class SqliteLedger(Ledger):
         with self._lock:
             return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
 
+    def now(self) -> float:
+        # The expression of runner_beats.ts's default (schema_runners.py): one clock for both.
+        return float(self.query("SELECT (julianday('now') - 2440587.5) * 86400.0")[0][0])
+
     def _table_columns(self, table: str) -> list[str]:
         cols = self._columns.get(table)
         if cols is None:

@@ -57,6 +57,12 @@ def _backend(target: str) -> type[Ledger]:
     return cls
 
 
+def shares_runs(target: str | Path) -> bool:
+    """Whether several runner processes may work on one run in the ledger ``target`` names (its
+    backend's ``Ledger.shared``), told without opening it."""
+    return _backend(str(target)).shared
+
+
 class Ledger:
     """Open (creating if needed) a ledger. ``":memory:"`` works for unit tests."""
 
@@ -98,6 +104,11 @@ class Ledger:
 
     def integrity(self) -> str:
         """'ok', or what the backend's own consistency check found."""
+        raise NotImplementedError
+
+    def now(self) -> float:
+        """The database's clock (Unix seconds): the one clock runners on several hosts share,
+        which stamps ``runner_beats`` and judges their leases."""
         raise NotImplementedError
 
     def close(self) -> None:

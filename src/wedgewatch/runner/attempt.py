@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from wedgewatch.config import Config
-from wedgewatch.errors import ExecutorError, WorkerLost, describe
+from wedgewatch.errors import ExecutorError, LedgerConflict, WorkerLost, describe
 from wedgewatch.ledger import queries
 from wedgewatch.protocols import LifeInfo
 from wedgewatch.runner.context import AgentEnding, AttemptJob, InFlight, Instance, RunContext, Span
@@ -64,6 +64,8 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
     life = ctx.server.bind(attempt_id)  # a pool sends the attempt to one of its servers
     life_id = life.life_id if life is not None else ctx.server.life_id
     started_at = time.time()
+    # The claim: with several runners on the run, a second insert of this attempt number is
+    # refused (LedgerConflict, unique index attempts_claim) and the caller leaves the instance.
     ctx.append(
         "attempts",
         {
@@ -75,6 +77,7 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
             "life_id": life_id,
             "agent": ctx.cfg.agent.name,
             "sandbox_path": str(adir / "sandbox"),
+            "runner_id": ctx.runner_id,
             **_age(life),
         },
     )
@@ -192,8 +195,9 @@ async def end_attempt(
     """Write the attempt's end row and tell the supervisor. Called once per attempt."""
     life = ctx.server.life(flight.attempt_id)  # the life of the server the attempt was sent to
     end_life = life_id or (life.life_id if life is not None else flight.life_id)
-    ctx.append(
-        "attempt_ends",
+    if not _end_once(
+        ctx,
+        flight,
         {
             "attempt_id": flight.attempt_id,
             "ended_at": time.time(),
@@ -206,7 +210,8 @@ async def end_attempt(
             "detail_json": detail or {},
             **_age(life if life is not None and life.life_id == end_life else None),
         },
-    )
+    ):
+        return
     if status == API_ERROR:
         ctx.counters.api_errors += 1
     # The supervisor's consecutive-API-error counter hears about attempts that say something about
@@ -220,19 +225,27 @@ async def end_attempt(
 
 def write_end(ctx: RunContext, flight: InFlight, status: str, reason: str, detail: dict[str, Any]) -> None:
     """The end row of an attempt ended from outside its worker (restart, stop)."""
-    ctx.append(
-        "attempt_ends",
-        {
-            "attempt_id": flight.attempt_id,
-            "ended_at": time.time(),
-            "status": status,
-            "reason": reason,
-            "life_id": detail.get("life_id") or flight.life_id,
-            "detail_json": detail,
-        },
-    )
-    if status == API_ERROR:
+    row = {
+        "attempt_id": flight.attempt_id,
+        "ended_at": time.time(),
+        "status": status,
+        "reason": reason,
+        "life_id": detail.get("life_id") or flight.life_id,
+        "detail_json": detail,
+    }
+    if _end_once(ctx, flight, row) and status == API_ERROR:
         ctx.counters.api_errors += 1
+
+
+def _end_once(ctx: RunContext, flight: InFlight, row: dict[str, Any]) -> bool:
+    """Write the attempt's end; False when it has one already: another runner of the run found
+    this one dead (its lease ran out) and ended it ``interrupted``, and its result is dropped."""
+    try:
+        ctx.append("attempt_ends", row)
+    except LedgerConflict:
+        log.warning("%s was ended by another runner of the run; its result is dropped", flight.attempt_id)
+        return False
+    return True
 
 
 def end_all_in_flight(

@@ -105,15 +105,15 @@ def evaluate(instance: dict[str, Any], patch: str, sandbox: Sandbox, timeout: fl
     )
 
 
-async def evaluate_attempt(ctx: RunContext, inst: Instance, attempt_id: str) -> int | None:
+async def evaluate_attempt(ctx: RunContext, inst: Instance, attempt_id: str, eval_no: int) -> int | None:
     """Evaluate the final attempt's patch in a fresh sandbox and write one ``evaluations`` row
     (source ``local``, or ``swebench`` when graded by the library in the instance's container,
-    ``runner.official``): resolved 1/0, or NULL with the error when the evaluation could not run."""
+    ``runner.official``): resolved 1/0, or NULL with the error when the evaluation could not run.
+    ``eval_no`` is the evaluation this runner claimed (``claim.evaluation``)."""
     assert ctx.loop is not None
     rows = ctx.ledger.query("SELECT patch FROM attempt_ends WHERE attempt_id = ?", (attempt_id,))
     patch = str(rows[0]["patch"] or "") if rows else ""
-    n = ctx.ledger.query("SELECT COUNT(*) FROM evaluations WHERE attempt_id = ?", (attempt_id,))[0][0]
-    edir = ctx.workdir / attempt_id / f"eval-{n + 1}"
+    edir = ctx.workdir / attempt_id / f"eval-{eval_no}"
     instance = inst.record
     timeout = ctx.cfg.run.eval_timeout
     from wedgewatch.runner import official
@@ -147,6 +147,7 @@ async def evaluate_attempt(ctx: RunContext, inst: Instance, attempt_id: str) -> 
             "resolved": resolved,
             "source": "swebench" if swebench else "local",
             "detail_json": detail,
+            "eval_no": eval_no,
         },
     )
     ctx.counters.evaluations += 1

@@ -11,8 +11,10 @@ from typing import Any
 
 from wedgewatch.config import Config
 from wedgewatch.errors import BadInput
-from wedgewatch.ledger.store import Ledger
-from wedgewatch.runner import executors, progress
+from wedgewatch.ledger import queries
+from wedgewatch.ledger.store import Ledger, shares_runs
+from wedgewatch.ledger.target import describe
+from wedgewatch.runner import executors, lease, progress
 from wedgewatch.runner.context import RunContext, SandboxFactory
 from wedgewatch.runner.run import (
     Execution,
@@ -37,6 +39,7 @@ async def _execute_with_display(
     show_progress: bool,
     make_sandbox: SandboxFactory | None,
     on_context: Callable[[RunContext], None] | None,
+    join: bool = False,
 ) -> Execution:
     holder: list[RunContext] = []
 
@@ -46,7 +49,9 @@ async def _execute_with_display(
             on_context(ctx)
 
     async with progress.live(holder, show_progress):
-        return await execute(ledger, run_id, cfg, resumed=resumed, make_sandbox=make_sandbox, on_context=keep)
+        return await execute(
+            ledger, run_id, cfg, resumed=resumed, make_sandbox=make_sandbox, on_context=keep, join=join
+        )
 
 
 def _run(coro: Coroutine[Any, Any, Execution]) -> Execution:
@@ -107,15 +112,50 @@ def resume(
             given = given.model_copy(
                 update={"run": given.run.model_copy(update={"attempts": stored.run.attempts})}
             )
-        if given is not None and given.hash() != stored.hash():
-            diff = _first_difference(given.snapshot(), stored.snapshot())
-            raise BadInput(
-                f"--resume {run_id}: the config differs from the run's snapshot at {diff}; "
-                "resume without CONFIG (the snapshot is used) or start a new run"
-            )
+        _same_config(given, stored, f"--resume {run_id}")
         cfg, found = resume_run(ledger, run_id, attempts)
         return _run(
             _execute_with_display(ledger, run_id, cfg, found, show_progress, make_sandbox, on_context)
+        )
+
+
+def join(
+    ledger_url: str,
+    run_id: str,
+    *,
+    given: Config | None = None,
+    show_progress: bool = False,
+    make_sandbox: SandboxFactory | None = None,
+    on_context: Callable[[RunContext], None] | None = None,
+) -> Execution:
+    """One more runner on ``run_id``, beside those already working on it (on any host), with the
+    run's own config snapshot and budget in force and a server stack of its own. Only on a ledger
+    several runners can share (PostgreSQL): a SQLite run keeps one writer process."""
+    if not shares_runs(ledger_url):
+        raise BadInput(
+            f"--join: {describe(ledger_url)} is a SQLite ledger, one runner per run; several runners "
+            "on one run need a postgresql:// ledger (wedgewatch ledger copy moves a run there)"
+        )
+    with Ledger(ledger_url) as ledger:
+        stored = load_run_config(ledger, run_id)  # BadInput when there is no such run
+        _same_config(given, stored, f"--join {run_id}")
+        # Attempts of runners already dead are ended now, so their instances are this one's too.
+        lease.reap(ledger, run_id, by=None)
+        in_force = int(queries.budgets(ledger, run_id)["attempts_max"])
+        cfg = stored.model_copy(update={"run": stored.run.model_copy(update={"attempts": in_force})})
+        return _run(
+            _execute_with_display(
+                ledger, run_id, cfg, None, show_progress, make_sandbox, on_context, join=True
+            )
+        )
+
+
+def _same_config(given: Config | None, stored: Config, flag: str) -> None:
+    if given is not None and given.hash() != stored.hash():
+        diff = _first_difference(given.snapshot(), stored.snapshot())
+        raise BadInput(
+            f"{flag}: the config differs from the run's snapshot at {diff}; "
+            "leave CONFIG out (the snapshot is used) or start a new run"
         )
 
 

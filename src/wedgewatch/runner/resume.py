@@ -22,10 +22,12 @@ from typing import Any
 from wedgewatch.errors import BadInput
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
+from wedgewatch.runner import lease
+from wedgewatch.vocab import FOUND_ON_RESUME, INTERRUPTED
 
 log = logging.getLogger(__name__)
 
-LIVE_MARKS = ("started", "resumed")
+LIVE_MARKS = ("started", "resumed", "joined")
 END_MARKS = ("finished", "interrupted", "aborted")
 
 
@@ -48,7 +50,19 @@ def _alive_as(pid: int, argv: list[str] | None) -> bool:
 
 
 def check_not_running(ledger: Ledger, run_id: str) -> None:
-    """Refuse to resume a run whose own process is still alive (two writers would double up)."""
+    """Refuse to resume a run a runner is still working on (two resumes would double up; another
+    runner is added with --join). Its runners say (runner/lease.py: the pid where this process
+    can see it, else the lease); a run from before schema 6 has only its marks' pid."""
+    states = lease.runners_of(ledger, run_id)
+    if states:
+        alive = [s for s in states if s.alive]
+        if alive:
+            who = ", ".join(f"{s.host} pid {s.pid}" for s in alive)
+            raise BadInput(
+                f"run {run_id} is still running ({who}); stop it before --resume, "
+                f"or add a runner with --join {run_id} (a PostgreSQL ledger)"
+            )
+        return
     marks = queries.run_marks(ledger, run_id)
     if not marks or marks[-1]["kind"] not in LIVE_MARKS:
         return
@@ -58,25 +72,47 @@ def check_not_running(ledger: Ledger, run_id: str) -> None:
         raise BadInput(f"run {run_id} is still running (pid {pid}); stop it before --resume")
 
 
+def _elsewhere(ledger: Ledger, run_id: str) -> set[str]:
+    """Server lives of the run whose pid would name another process here. A run all of whose
+    runners ran here (or from before schema 6) has none. Otherwise a life counts as here only when
+    an attempt of a runner from here ran on it: a pid is never killed on a guess."""
+    here = lease.pid_space()
+    spaces = {r[0] for r in ledger.query("SELECT pid_space FROM runners WHERE run_id = ?", (run_id,))}
+    if spaces <= {here}:
+        return set()
+    rows = ledger.query(
+        "SELECT DISTINCT a.life_id FROM attempts a JOIN runners r ON r.runner_id = a.runner_id "
+        "WHERE a.run_id = ? AND r.pid_space = ?",
+        (run_id, here),
+    )
+    local = {r[0] for r in rows}
+    return {life["life_id"] for life in queries.server_lives(ledger, run_id)} - local
+
+
 def stop_orphans(ledger: Ledger, run_id: str) -> list[str]:
-    """Stop server lives of this run that have no end row and whose process is still alive."""
+    """Stop server lives of this run that have no end row and whose process is still alive here.
+    A life on another host cannot be reached from here: it gets its end (``elsewhere``), and its
+    host's own resume, or its operator, stops its process."""
     found: list[str] = []
+    elsewhere = _elsewhere(ledger, run_id)
     for life in queries.server_lives(ledger, run_id):
         if life["ended_at"] is not None:
             continue
         pid = life["pid"]
         argv = json.loads(life["argv_json"]) if life["argv_json"] else None
-        alive = isinstance(pid, int) and _alive_as(pid, argv)
+        remote = life["life_id"] in elsewhere
+        alive = not remote and isinstance(pid, int) and _alive_as(pid, argv)
         if alive:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)  # servers run in their own group, led by pid
             found.append(life["life_id"])
-        ledger.append(
+        lease.append_once(
+            ledger,
             "server_life_ends",
             {
                 "life_id": life["life_id"],
                 "ended_at": time.time(),
-                "end_reason": "orphaned" if alive else "lost",
+                "end_reason": "elsewhere" if remote else "orphaned" if alive else "lost",
                 "exit_code": None,
             },
         )
@@ -84,24 +120,22 @@ def stop_orphans(ledger: Ledger, run_id: str) -> list[str]:
 
 
 def mark_interrupted(ledger: Ledger, run_id: str) -> list[str]:
-    """Give every attempt in flight its end: ``interrupted``."""
-    rows = queries.in_flight(ledger, run_id)
-    now = time.time()
-    ledger.append_many(
-        "attempt_ends",
-        [
-            {
-                "attempt_id": r["attempt_id"],
-                "ended_at": now,
-                "status": "interrupted",
-                "reason": "found_on_resume",
-                "life_id": r["life_id"],
-                "detail_json": {"resumed_by_pid": os.getpid()},
-            }
-            for r in rows
-        ],
-    )
-    return [r["attempt_id"] for r in rows]
+    """Give every attempt in flight its end: ``interrupted`` (one at a time: another resume or
+    runner ending one of them first is not an error), then its dead runners theirs: ``lost``."""
+    ended = []
+    for r in queries.in_flight(ledger, run_id):
+        row = {
+            "attempt_id": r["attempt_id"],
+            "ended_at": time.time(),
+            "status": INTERRUPTED,
+            "reason": FOUND_ON_RESUME,
+            "life_id": r["life_id"],
+            "detail_json": {"resumed_by_pid": os.getpid()},
+        }
+        if lease.append_once(ledger, "attempt_ends", row):
+            ended.append(r["attempt_id"])
+    lease.end_dead(ledger, lease.runners_of(ledger, run_id), by=None)
+    return ended
 
 
 def raise_attempts(ledger: Ledger, run_id: str, attempts: int) -> dict[str, Any] | None:

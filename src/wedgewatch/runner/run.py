@@ -24,11 +24,11 @@ from typing import Any
 
 from wedgewatch import __version__
 from wedgewatch.config import Config, validate
-from wedgewatch.errors import BadInput, ServerError, SuiteError
+from wedgewatch.errors import BadInput, LedgerConflict, ServerError, SuiteError
 from wedgewatch.events import Event, Restarting, Stalled
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.runner import executors, resume
+from wedgewatch.runner import claim, executors, lease, resume
 from wedgewatch.runner.attempt import end_all_in_flight, run_attempt
 from wedgewatch.runner.context import RunContext, SandboxFactory, Span
 from wedgewatch.runner.evaluate import evaluate_attempt
@@ -193,10 +193,12 @@ class Execution:
     ctx: RunContext | None = None
 
 
-async def _drive_instance(ctx: RunContext, instance_id: str) -> str | None:
-    """Attempts, then evaluation, as the ledger says, until nothing is left to do; returns the
+async def _drive_instance(ctx: RunContext, instance_id: str) -> tuple[bool, str | None]:
+    """Attempts, then evaluation, as the ledger says, until nothing is left to do. Returns whether
+    this runner did any of it (False: another runner of the run holds the instance) and the
     instance's final attempt (the server that served it counts it toward a recycle)."""
     inst = ctx.instance(instance_id)
+    worked = False
     while True:
         span = Span()
         span.start()
@@ -205,35 +207,45 @@ async def _drive_instance(ctx: RunContext, instance_id: str) -> str | None:
         ctx.timings.decisions.append((span.cpu, span.wall))
         action = nxt["next_action"]
         if action == "attempt":
-            await run_attempt(ctx, inst, int(nxt["next_attempt_no"]))
+            try:
+                await run_attempt(ctx, inst, int(nxt["next_attempt_no"]))
+            except LedgerConflict:
+                return worked, None  # another runner claimed this attempt first: the instance is its
         elif action == "evaluate" and ctx.cfg.run.evaluate:
-            await evaluate_attempt(ctx, inst, str(nxt["final_attempt"]))
+            eval_no = claim.evaluation(ctx, str(nxt["final_attempt"]))
+            if eval_no is None:
+                return worked, None  # evaluated by another runner now
+            await evaluate_attempt(ctx, inst, str(nxt["final_attempt"]), eval_no)
         elif action == "running":
-            raise RuntimeError(f"{instance_id}: an attempt of this run is in flight outside this process")
+            if not ctx.ledger.shared:
+                raise RuntimeError(f"{instance_id}: an attempt of this run is in flight outside this process")
+            return worked, None  # on another runner; taken over (claim.Dispenser) if that one dies
         else:
             final = nxt["final_attempt"]
-            return str(final) if final is not None else None
+            return worked, str(final) if final is not None else None
+        worked = True
 
 
-async def _workers(ctx: RunContext, todo: list[str]) -> None:
-    queue: asyncio.Queue[str] = asyncio.Queue()
-    for iid in todo:
-        queue.put_nowait(iid)
+async def _workers(ctx: RunContext, todo: list[str], lost: Callable[[], bool] = lambda: False) -> None:
+    dispenser = claim.Dispenser(ctx, todo, lost)
 
     async def worker() -> None:
-        while not queue.empty():
-            iid = queue.get_nowait()
+        while (iid := await dispenser.take()) is not None:
             ctx.counters.running += 1
+            worked, last = False, None  # type: tuple[bool, str | None]
             try:
-                last = await _drive_instance(ctx, iid)
+                worked, last = await _drive_instance(ctx, iid)
             finally:
                 ctx.counters.running -= 1
-            ctx.counters.done += 1
-            ctx.server.note_instance_done(last)
+                dispenser.release(iid, worked)
+            if worked:
+                ctx.counters.done += 1
+                ctx.server.note_instance_done(last)
 
     async with asyncio.TaskGroup() as tg:
-        for _ in range(min(ctx.cfg.run.concurrency, max(1, len(todo)))):
-            tg.create_task(worker())
+        tasks = [tg.create_task(worker()) for _ in range(min(ctx.cfg.run.concurrency, max(1, len(todo))))]
+        if ctx.ledger.shared:
+            tg.create_task(dispenser.watch(tasks))  # a runner found dead by the others stops now
 
 
 def _mark(ledger: Ledger, run_id: str, kind: str, detail: dict[str, Any]) -> None:
@@ -248,9 +260,11 @@ async def execute(
     resumed: dict[str, Any] | None = None,
     make_sandbox: SandboxFactory | None = None,
     on_context: Callable[[RunContext], None] | None = None,
+    join: bool = False,
 ) -> Execution:
     """Run (or go on with) ``run_id`` until every instance is final, the run is stopped, or the
-    server cannot be kept up. ``cfg`` is the run's own config (from its snapshot)."""
+    server cannot be kept up. ``cfg`` is the run's own config (from its snapshot). ``join``: one
+    more runner on a run others may be working on (a shared ledger; docs/scale-out.md)."""
     from wedgewatch.stack import Stack
 
     eff = effective(cfg)
@@ -287,6 +301,10 @@ async def execute(
             ctx.counters.stalls += 1
 
     stack.bus.subscribe(on_event)
+    role = "resume" if resumed is not None else "join" if join else "start"
+    runner = lease.Runner(ledger, run_id, role, eff.run)
+    runner.start()
+    ctx.runner_id = runner.runner_id
     todo = queries.unfinished(ledger, run_id)
     ctx.counters.total = total
     ctx.counters.final_before = total - len(todo)
@@ -295,8 +313,8 @@ async def execute(
     _mark(
         ledger,
         run_id,
-        "resumed" if resumed is not None else "started",
-        {"pid": os.getpid(), **(resumed or {})},
+        {"resume": "resumed", "join": "joined"}.get(role, "started"),
+        {"pid": os.getpid(), "runner_id": runner.runner_id, "host": runner.host, **(resumed or {})},
     )
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
@@ -319,7 +337,7 @@ async def execute(
                     await stack.start_proxy()
                     ctx.proxy_url = stack.proxy_url
                     await stack.start()
-                    await _workers(ctx, todo)
+                    await _workers(ctx, todo, runner.lost.is_set)
             except BaseExceptionGroup as group:  # from the workers' TaskGroup: the first cause speaks
                 for extra in group.exceptions[1:]:
                     log.error("also failed: %r", extra)
@@ -346,8 +364,11 @@ async def execute(
             # Agent threads are abandoned when a run stops early; the commands they started are
             # not: closing the run's list kills them (a finished run has none left).
             run_groups.close()
-            await executor.stop()  # its attempts stop before their server does
-            await stack.stop()
+            try:
+                await executor.stop()  # its attempts stop before their server does
+                await stack.stop()
+            finally:
+                runner.close(result.end_mark)  # after its last row: then others may take over
     return result
 
 

@@ -175,6 +175,10 @@ class PgLedger(Ledger):
     def integrity(self) -> str:
         return "ok"  # PostgreSQL keeps its own pages consistent; nothing like SQLite's check
 
+    def now(self) -> float:
+        # The expression of runner_beats.ts's default (migration 0006): one clock for both.
+        return float(self.query("SELECT EXTRACT(EPOCH FROM clock_timestamp())")[0][0])
+
     def append_all(self, batches: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> int:
         sa = _import_sqlalchemy()
         work = []

@@ -1,0 +1,230 @@
+"""Runners and their leases: which processes work on a run, and which of them are alive.
+
+Each execution of a run (``run``, ``--resume``, ``--join``) is a *runner*: a ``runners`` row (its
+host, its pid and where that pid means this process, its lease) and, when it stops, a
+``runner_ends`` row. When the ledger is shared (PostgreSQL: several runners, several hosts) it also
+appends a ``runner_beats`` row every ``run.lease_interval`` seconds, from a thread of its own, so a
+busy event loop or agent threads cannot starve it. A beat is stamped with the database's clock,
+and leases are judged by that clock: hosts whose clocks disagree do not matter.
+
+A runner is dead when it has an end row; when it ran where this process sees its pids (the same
+boot and pid namespace) and its process is gone (a SIGKILL is seen at once, without waiting for a
+lease); or when its last beat is older than its lease (a host that crashed, was cut off, or hangs).
+``reap`` ends a dead runner's attempts in flight ``interrupted``/``runner_lost`` (not budgeted:
+they are attempted again) and the runner ``lost``. A runner that finds itself ended ``lost`` by
+another stops (``RunnerLost``): the others have taken its work over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wedgewatch import __version__
+from wedgewatch.config import RunConfig
+from wedgewatch.errors import LedgerConflict
+from wedgewatch.ledger import queries
+from wedgewatch.ledger.store import Ledger, Row
+from wedgewatch.vocab import INTERRUPTED, RUNNER_LOST
+
+log = logging.getLogger(__name__)
+
+LOST = "lost"  # runner_ends.how of a runner another one (or a resume) found dead
+
+
+def pid_space() -> str:
+    """Where a pid names one process: this boot of the kernel and this pid namespace. Another
+    host, or another container on this one, has another."""
+    boot = ""
+    with contextlib.suppress(OSError):
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        ns = 0
+    return f"{boot or socket.gethostname()}:{ns}"
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start (clock ticks after boot, /proc/<pid>/stat field 22), None when there
+    is no such process: with the pid, it names one process even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def append_once(ledger: Ledger, table: str, row: Mapping[str, Any]) -> bool:
+    """Append a fact that may already be there (someone else ended it first): False then."""
+    try:
+        ledger.append(table, row)
+    except LedgerConflict:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class RunnerState:
+    runner_id: str
+    host: str
+    pid: int
+    ended: str | None  # runner_ends.how
+    dead: str | None  # why it is taken for dead; None: alive
+
+    @property
+    def alive(self) -> bool:
+        return self.dead is None
+
+
+def _judge(row: Row, now: float, here: str) -> str | None:
+    """Why the runner of ``row`` is dead, or None while it is alive."""
+    if row["ended"] is not None:
+        return f"ended {row['ended']}"
+    if row["pid_space"] == here:
+        if row["pid"] == os.getpid():
+            return None  # this process
+        started = start_time(int(row["pid"]))
+        if started is None or (row["pid_start"] is not None and started != row["pid_start"]):
+            return f"its process {row['pid']} is gone"
+    elif row["lease_seconds"] is None:
+        # A one-writer (SQLite) run last written from elsewhere: no lease tells, and one writer
+        # at a time is the rule there, so whoever opens it now is in charge.
+        return "no lease, and its pid is not visible from here"
+    lease = row["lease_seconds"]
+    if lease is not None:
+        last = row["last_beat"]
+        if last is None or now - float(last) > float(lease):
+            age = "no beat" if last is None else f"last beat {now - float(last):.1f}s ago"
+            return f"its lease ran out ({age}, lease {float(lease):g}s)"
+    return None
+
+
+def runners_of(ledger: Ledger, run_id: str) -> list[RunnerState]:
+    """The run's runners, oldest first, each judged alive or dead now."""
+    rows = ledger.query(
+        "SELECT r.runner_id, r.host, r.pid, r.pid_space, r.pid_start, r.lease_seconds, "
+        "(SELECT MAX(b.ts) FROM runner_beats b WHERE b.runner_id = r.runner_id) AS last_beat, "
+        "(SELECT e.how FROM runner_ends e WHERE e.runner_id = r.runner_id) AS ended "
+        "FROM runners r WHERE r.run_id = ? ORDER BY r.started_at, r.runner_id",
+        (run_id,),
+    )
+    if not rows:
+        return []
+    now, here = ledger.now(), pid_space()
+    return [
+        RunnerState(r["runner_id"], r["host"], int(r["pid"]), r["ended"], _judge(r, now, here)) for r in rows
+    ]
+
+
+def reap(ledger: Ledger, run_id: str, by: str | None) -> list[str]:
+    """End the attempts in flight of the run's dead runners (``interrupted``/``runner_lost``) and
+    those runners (``lost``); return the attempts ended. Another runner doing the same at the same
+    moment is harmless: each end is written once, the second is refused and skipped."""
+    dead = {s.runner_id: s for s in runners_of(ledger, run_id) if not s.alive}
+    if not dead:
+        return []
+    ended: list[str] = []
+    for row in queries.in_flight(ledger, run_id):
+        state = dead.get(row["runner_id"])
+        if state is None:
+            continue  # alive, or from before schema 6 (only a resume ends those)
+        end = {
+            "attempt_id": row["attempt_id"],
+            "ended_at": time.time(),
+            "status": INTERRUPTED,
+            "reason": RUNNER_LOST,
+            "life_id": row["life_id"],
+            "detail_json": {"runner_id": state.runner_id, "why": state.dead, "by": by},
+        }
+        if append_once(ledger, "attempt_ends", end):
+            ended.append(row["attempt_id"])
+    end_dead(ledger, list(dead.values()), by)
+    if ended:
+        log.warning("%s: ended %d attempt(s) of dead runner(s): %s", run_id, len(ended), ended)
+    return ended
+
+
+def end_dead(ledger: Ledger, states: list[RunnerState], by: str | None) -> None:
+    """A ``lost`` end for each dead runner that has no end yet (after its attempts' ends)."""
+    for s in states:
+        if s.ended is None and not s.alive:
+            append_once(
+                ledger,
+                "runner_ends",
+                {
+                    "runner_id": s.runner_id,
+                    "ended_at": time.time(),
+                    "how": LOST,
+                    "detail_json": {"why": s.dead, "by": by},
+                },
+            )
+
+
+class Runner:
+    """This process's runner row, its beats (shared ledgers only) and its end."""
+
+    def __init__(self, ledger: Ledger, run_id: str, role: str, settings: RunConfig) -> None:
+        self.ledger = ledger
+        self.run_id = run_id
+        self.role = role
+        self.host = socket.gethostname()
+        self.runner_id = f"{self.host}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.interval = settings.lease_interval
+        self.lease = settings.lease_timeout if ledger.shared else None
+        self.lost = threading.Event()  # set when another runner ended this one lost
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        pid = os.getpid()
+        row = {
+            "runner_id": self.runner_id,
+            "run_id": self.run_id,
+            "role": self.role,
+            "host": self.host,
+            "pid": pid,
+            "pid_space": pid_space(),
+            "pid_start": start_time(pid),
+            "started_at": time.time(),
+            "lease_seconds": self.lease,
+            "tool_version": __version__,
+        }
+        if self.lease is None:
+            self.ledger.append("runners", row)
+            return
+        # The first beat in the same transaction: a runner is never seen without one.
+        self.ledger.append_all([("runners", [row]), ("runner_beats", [{"runner_id": self.runner_id}])])
+        self._thread = threading.Thread(target=self._beat, name="runner-lease", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.ledger.append("runner_beats", {"runner_id": self.runner_id})
+                ends = self.ledger.query("SELECT how FROM runner_ends WHERE runner_id = ?", (self.runner_id,))
+            except Exception as exc:  # the database away for a moment: the lease is there for that
+                log.warning("runner %s: no beat written: %s", self.runner_id, exc)
+                continue
+            if ends:
+                log.error("runner %s was ended %s by another runner of the run", self.runner_id, ends[0][0])
+                self.lost.set()
+                return
+
+    def close(self, how: str) -> None:
+        """Stop beating and write this runner's end (unless another runner wrote it: lost)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        append_once(
+            self.ledger, "runner_ends", {"runner_id": self.runner_id, "ended_at": time.time(), "how": how}
+        )
