@@ -42,6 +42,7 @@ RUN_ROWS: dict[str, tuple[str, int]] = {
     "runners": ("run_id = ?", 1),
     "runner_beats": (f"runner_id IN {_RUNNERS}", 1),
     "runner_ends": (f"runner_id IN {_RUNNERS}", 1),
+    "runner_lives": (f"runner_id IN {_RUNNERS}", 1),
     "evaluation_starts": ("run_id = ?", 1),
 }
 

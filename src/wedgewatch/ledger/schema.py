@@ -9,7 +9,7 @@ from wedgewatch.ledger.schema_runners import RUNNER_TABLES
 
 SCHEMA_VERSION = 6  # 3: harness_runs, harness_run_ends (wedgewatch wrap); 4: run_changes;
 # 5: server_lives.member (a pool of servers, [[servers]]); 6: several runners on one run (runners,
-# runner_beats, runner_ends, evaluation_starts, attempts.runner_id, evaluations.eval_no, the unique
+# runner_beats, runner_ends, runner_lives, evaluation_starts, attempts.runner_id, evaluations.eval_no, the unique
 # index attempts_claim)
 
 # Columns added after version 1, per version: (table, column, type). A ledger written by an older
@@ -27,7 +27,7 @@ ADDED_COLUMNS: dict[int, list[tuple[str, str, str]]] = {
     ],
     4: [],  # the table run_changes (CREATE TABLE IF NOT EXISTS makes it in older files)
     5: [("server_lives", "member", "TEXT")],
-    # The tables runners, runner_beats, runner_ends and evaluation_starts, and the unique index
+    # The tables runners, runner_beats, runner_ends, runner_lives, evaluation_starts and the index
     # attempts_claim, come from CREATE ... IF NOT EXISTS.
     6: [("attempts", "runner_id", "TEXT"), ("evaluations", "eval_no", "INTEGER")],
 }

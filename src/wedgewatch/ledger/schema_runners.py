@@ -35,6 +35,13 @@ CREATE TABLE IF NOT EXISTS runner_ends (
     detail_json TEXT
 );
 
+-- The server lives a runner started (its own stack): when the runner dies, the run's other
+-- runners end them (and stop them where its pids are visible), as a resume does.
+CREATE TABLE IF NOT EXISTS runner_lives (
+    life_id TEXT PRIMARY KEY REFERENCES server_lives(life_id),
+    runner_id TEXT NOT NULL REFERENCES runners(runner_id)
+);
+
 -- An evaluation claimed: (attempt, number) once, whoever asks. An evaluations row with the same
 -- eval_no ends it; one without, whose runner is dead, was abandoned and the next number runs.
 CREATE TABLE IF NOT EXISTS evaluation_starts (

@@ -32,8 +32,10 @@ from typing import Any
 from wedgewatch import __version__
 from wedgewatch.config import RunConfig
 from wedgewatch.errors import LedgerConflict
+from wedgewatch.events import Event, ServerStarting
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger, Row
+from wedgewatch.runner import orphans
 from wedgewatch.vocab import INTERRUPTED, RUNNER_LOST
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,7 @@ class RunnerState:
     runner_id: str
     host: str
     pid: int
+    here: bool  # its pids are this process's to see (same boot, same pid namespace)
     ended: str | None  # runner_ends.how
     dead: str | None  # why it is taken for dead; None: alive
 
@@ -122,7 +125,10 @@ def runners_of(ledger: Ledger, run_id: str) -> list[RunnerState]:
         return []
     now, here = ledger.now(), pid_space()
     return [
-        RunnerState(r["runner_id"], r["host"], int(r["pid"]), r["ended"], _judge(r, now, here)) for r in rows
+        RunnerState(
+            r["runner_id"], r["host"], int(r["pid"]), r["pid_space"] == here, r["ended"], _judge(r, now, here)
+        )
+        for r in rows
     ]
 
 
@@ -148,6 +154,15 @@ def reap(ledger: Ledger, run_id: str, by: str | None) -> list[str]:
         }
         if append_once(ledger, "attempt_ends", end):
             ended.append(row["attempt_id"])
+    # Their servers: stopped where their pids are visible (a SIGKILLed runner leaves its server
+    # running in its own process group), ended either way.
+    for life in ledger.query(
+        "SELECT l.*, rl.runner_id AS owner FROM runner_lives rl JOIN server_life_view l "
+        "ON l.life_id = rl.life_id WHERE l.run_id = ? AND l.ended_at IS NULL",
+        (run_id,),
+    ):
+        if life["owner"] in dead:
+            orphans.end_life(ledger, life, here=dead[life["owner"]].here)
     end_dead(ledger, list(dead.values()), by)
     if ended:
         log.warning("%s: ended %d attempt(s) of dead runner(s): %s", run_id, len(ended), ended)
@@ -182,6 +197,7 @@ class Runner:
         self.interval = settings.lease_interval
         self.lease = settings.lease_timeout if ledger.shared else None
         self.lost = threading.Event()  # set when another runner ended this one lost
+        self._renewed = time.monotonic()  # the last beat written (monotonic: it runs on in a SIGSTOP)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -211,14 +227,37 @@ class Runner:
         while not self._stop.wait(self.interval):
             try:
                 self.ledger.append("runner_beats", {"runner_id": self.runner_id})
-                ends = self.ledger.query("SELECT how FROM runner_ends WHERE runner_id = ?", (self.runner_id,))
+                self._renewed = time.monotonic()
+                if self._ended():
+                    return
             except Exception as exc:  # the database away for a moment: the lease is there for that
                 log.warning("runner %s: no beat written: %s", self.runner_id, exc)
-                continue
-            if ends:
-                log.error("runner %s was ended %s by another runner of the run", self.runner_id, ends[0][0])
-                self.lost.set()
-                return
+
+    def _ended(self) -> bool:
+        ends = self.ledger.query("SELECT how FROM runner_ends WHERE runner_id = ?", (self.runner_id,))
+        if ends:
+            log.error("runner %s was ended %s by another runner of the run", self.runner_id, ends[0][0])
+            self.lost.set()
+        return bool(ends)
+
+    def is_lost(self) -> bool:
+        """Whether the run's other runners took this one for dead. Asked before each new piece of
+        work: when no beat was written for longer than the lease (this process was stopped, or
+        cut off from the database), the others may have judged it dead meanwhile, so it looks
+        before it claims anything rather than waiting for its next beat."""
+        if self.lost.is_set():
+            return True
+        if self.lease is None or time.monotonic() - self._renewed <= self.lease:
+            return False
+        try:
+            return self._ended()
+        except Exception:  # the database is still away: claiming would fail anyway
+            return False
+
+    def on_event(self, ev: Event) -> None:
+        """Subscribed to the stack's bus: each server life this runner starts is linked to it."""
+        if isinstance(ev, ServerStarting) and ev.life_id:
+            append_once(self.ledger, "runner_lives", {"life_id": ev.life_id, "runner_id": self.runner_id})
 
     def close(self, how: str) -> None:
         """Stop beating and write this runner's end (unless another runner wrote it: lost)."""

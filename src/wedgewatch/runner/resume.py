@@ -10,43 +10,22 @@ was found. Then the run goes on with every instance whose outcome is not final (
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import signal
 import time
-from pathlib import Path
 from typing import Any
 
 from wedgewatch.errors import BadInput
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.runner import lease
+from wedgewatch.runner import lease, orphans
 from wedgewatch.vocab import FOUND_ON_RESUME, INTERRUPTED
 
 log = logging.getLogger(__name__)
 
 LIVE_MARKS = ("started", "resumed", "joined")
 END_MARKS = ("finished", "interrupted", "aborted")
-
-
-def _cmdline(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return raw.decode(errors="replace").split("\0")[:-1] or None
-
-
-def _alive_as(pid: int, argv: list[str] | None) -> bool:
-    """Whether ``pid`` is alive and still the process we recorded (a pid may have been reused)."""
-    cmd = _cmdline(pid)
-    if cmd is None:
-        return False
-    if not argv:
-        return any("wedgewatch" in part for part in cmd)
-    return cmd == argv or (len(cmd) >= 2 and cmd[1:] == argv[1:])
 
 
 def check_not_running(ledger: Ledger, run_id: str) -> None:
@@ -68,7 +47,7 @@ def check_not_running(ledger: Ledger, run_id: str) -> None:
         return
     detail = json.loads(marks[-1]["detail_json"] or "{}")
     pid = detail.get("pid")
-    if isinstance(pid, int) and pid != os.getpid() and _alive_as(pid, None):
+    if isinstance(pid, int) and pid != os.getpid() and orphans.alive_as(pid, None):
         raise BadInput(f"run {run_id} is still running (pid {pid}); stop it before --resume")
 
 
@@ -92,30 +71,13 @@ def _elsewhere(ledger: Ledger, run_id: str) -> set[str]:
 def stop_orphans(ledger: Ledger, run_id: str) -> list[str]:
     """Stop server lives of this run that have no end row and whose process is still alive here.
     A life on another host cannot be reached from here: it gets its end (``elsewhere``), and its
-    host's own resume, or its operator, stops its process."""
-    found: list[str] = []
+    host's operator stops its process."""
     elsewhere = _elsewhere(ledger, run_id)
+    found: list[str] = []
     for life in queries.server_lives(ledger, run_id):
-        if life["ended_at"] is not None:
-            continue
-        pid = life["pid"]
-        argv = json.loads(life["argv_json"]) if life["argv_json"] else None
-        remote = life["life_id"] in elsewhere
-        alive = not remote and isinstance(pid, int) and _alive_as(pid, argv)
-        if alive:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)  # servers run in their own group, led by pid
+        here = life["life_id"] not in elsewhere
+        if life["ended_at"] is None and orphans.end_life(ledger, life, here) == orphans.ORPHANED:
             found.append(life["life_id"])
-        lease.append_once(
-            ledger,
-            "server_life_ends",
-            {
-                "life_id": life["life_id"],
-                "ended_at": time.time(),
-                "end_reason": "elsewhere" if remote else "orphaned" if alive else "lost",
-                "exit_code": None,
-            },
-        )
     return found
 
 

@@ -304,6 +304,7 @@ async def execute(
     role = "resume" if resumed is not None else "join" if join else "start"
     runner = lease.Runner(ledger, run_id, role, eff.run)
     runner.start()
+    stack.bus.subscribe(runner.on_event)
     ctx.runner_id = runner.runner_id
     todo = queries.unfinished(ledger, run_id)
     ctx.counters.total = total
@@ -337,7 +338,7 @@ async def execute(
                     await stack.start_proxy()
                     ctx.proxy_url = stack.proxy_url
                     await stack.start()
-                    await _workers(ctx, todo, runner.lost.is_set)
+                    await _workers(ctx, todo, runner.is_lost)
             except BaseExceptionGroup as group:  # from the workers' TaskGroup: the first cause speaks
                 for extra in group.exceptions[1:]:
                     log.error("also failed: %r", extra)

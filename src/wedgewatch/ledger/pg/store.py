@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).parent / "migrations"
 # pg_advisory_xact_lock's key for "this database's ledger schema is being brought up to date".
 SCHEMA_LOCK = 0x7765_6467  # "wedg"
+IDLE_IN_TRANSACTION = "60s"
 
 
 def _import_sqlalchemy() -> Any:
@@ -56,6 +57,15 @@ def _encode_pg(value: Any) -> Any:
     return encode(value)
 
 
+def _session_settings(conn: Any, _record: Any) -> None:
+    # A runner stopped in the middle of a write (SIGSTOP, a hung host) must not hold its row
+    # locks for ever: the run's other runners, ending its attempts, would wait on them. The server
+    # ends such a transaction after a minute. (Committed: SET is undone by a rollback.)
+    with conn.cursor() as cur:
+        cur.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}'")
+    conn.commit()
+
+
 class PgLedger(Ledger):
     """A ledger in a PostgreSQL database, named by its URL."""
 
@@ -71,6 +81,7 @@ class PgLedger(Ledger):
             )
         except (sa.exc.ArgumentError, ValueError) as exc:
             raise BadInput(f"ledger {self.path}: not a PostgreSQL URL ({exc})") from None
+        sa.event.listen(self._engine, "connect", _session_settings)
         self._columns: dict[str, list[str]] = {}
         try:
             self._migrate()

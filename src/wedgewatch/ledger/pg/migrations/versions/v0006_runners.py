@@ -1,5 +1,5 @@
 """Schema 6: several runner processes on one run. The tables runners, runner_beats (a runner's
-liveness, stamped with the database's clock), runner_ends and evaluation_starts; the columns
+liveness, stamped with the database's clock), runner_ends, runner_lives and evaluation_starts; the columns
 attempts.runner_id and evaluations.eval_no; the unique index attempts_claim, on which the claim of
 an attempt rests (a second insert of one attempt number is a unique violation, LedgerConflict).
 Additive, as every migration of the ledger: nothing is dropped or renamed.
@@ -48,6 +48,11 @@ CREATE TABLE runner_ends (
     detail_json TEXT
 );
 
+CREATE TABLE runner_lives (
+    life_id TEXT PRIMARY KEY,
+    runner_id TEXT NOT NULL
+);
+
 CREATE TABLE evaluation_starts (
     attempt_id TEXT NOT NULL,
     eval_no BIGINT NOT NULL,
@@ -65,7 +70,7 @@ CREATE INDEX beats_runner ON runner_beats(runner_id, ts);
 
 def upgrade() -> None:
     op.execute(TABLES)
-    for table in ("runners", "runner_beats", "runner_ends", "evaluation_starts"):
+    for table in ("runners", "runner_beats", "runner_ends", "runner_lives", "evaluation_starts"):
         op.execute(append_only(table))
 
 

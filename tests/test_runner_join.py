@@ -1,0 +1,299 @@
+"""Several runner processes on one run over a real PostgreSQL (tests/pg_server.py): real
+``wedgewatch run`` and ``wedgewatch run --join`` subprocesses, each with its own simulator, on the
+bundled suite. The simulator's swe policy decides each instance from (instance, seed, skill), so
+the one-process outcomes are known (``SEED2``, which test_runner_sim.py checks on one process).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger_helpers import add_attempt, make_run, outcomes
+from test_runner_sim import SEED2
+from wedgewatch.config import Config
+from wedgewatch.errors import LedgerConflict
+from wedgewatch.ledger import Ledger, checks
+from wedgewatch.runner import lease
+from wedgewatch.testing import eventually
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def write_config(tmp_path: Path, ledger: str, *, interval: float = 1.0, timeout: float = 10.0) -> Path:
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text("[policy]\nskill = 0.5\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f"""
+[server]
+profile = "sim"
+scenario = "{scenario}"
+args = ["--policy", "swe"]
+scrape_interval = 0.2
+log_dir = "{tmp_path / "logs"}"
+[server.warmup]
+count = 1
+[watchdog]
+ttft_timeout = 20.0
+stall_timeout = 20.0
+[agent]
+step_limit = 8
+[suite]
+ids = {json.dumps(list(SEED2))}
+[run]
+concurrency = 2
+ledger = "{ledger}"
+workdir = "{tmp_path / "work"}"
+time_scale = 20.0
+seed = 2
+lease_interval = {interval}
+lease_timeout = {timeout}
+"""
+    )
+    return cfg
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "wedgewatch", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def spawn(tmp_path: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
+    # Its own session: a SIGKILL of the group takes the runner and its agents' commands, as a
+    # crashed host would (its server runs in a group of its own; _kill_servers is the net).
+    return subprocess.Popen(
+        [sys.executable, "-m", "wedgewatch", "run", *args, "--json"],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / f"{name}.err").open("wb"),
+        start_new_session=True,
+    )
+
+
+def q(url: str, sql: str, *params: Any) -> list[Any]:
+    with Ledger(url) as lg:
+        return lg.query(sql, params)
+
+
+def two_runners(
+    tmp_path: Path, url: str, run_id: str, **lease_: float
+) -> tuple[subprocess.Popen[bytes], ...]:
+    """Runner A starts the run; runner B joins it as soon as the run exists."""
+    cfg = write_config(tmp_path, url, **lease_)
+    a = spawn(tmp_path, "a", str(cfg), "--run-id", run_id)
+    eventually(lambda: a.poll() is not None or bool(q(url, "SELECT 1 FROM runs")), 60, what="the run")
+    b = spawn(tmp_path, "b", "--join", run_id, "--ledger", url)
+    return a, b
+
+
+def runner_of(url: str, role: str) -> str:
+    return str(q(url, "SELECT runner_id FROM runners WHERE role = ?", role)[0][0])
+
+
+def check_the_record(url: str, run_id: str) -> dict[str, list[Any]]:
+    """Every attempt has exactly one end, no two attempts of an instance overlap, and the outcomes
+    are the one-process run's. Returns the attempts by instance."""
+    with Ledger(url) as lg:
+        rows = lg.query(
+            "SELECT a.instance_id, a.attempt_no, a.runner_id, a.started_at, e.ended_at, e.status, e.reason "
+            "FROM attempts a LEFT JOIN attempt_ends e ON e.attempt_id = a.attempt_id "
+            "WHERE a.run_id = ? ORDER BY a.instance_id, a.started_at",
+            (run_id,),
+        )
+        ends = lg.query(
+            "SELECT attempt_id, COUNT(*) FROM attempt_ends GROUP BY attempt_id HAVING COUNT(*) > 1"
+        )
+        got = outcomes(lg, run_id)
+        evals = lg.query(
+            "SELECT s.attempt_id, s.eval_no, COUNT(e.id) FROM evaluation_starts s LEFT JOIN evaluations e "
+            "ON e.attempt_id = s.attempt_id AND e.eval_no = s.eval_no GROUP BY s.attempt_id, s.eval_no"
+        )
+        assert checks.problems(lg) == []
+    assert ends == []
+    by: dict[str, list[Any]] = {}
+    for r in rows:
+        assert r["ended_at"] is not None, f"attempt {r['instance_id']}#{r['attempt_no']} has no end"
+        by.setdefault(r["instance_id"], []).append(r)
+    for iid, atts in by.items():
+        for one, after in itertools.pairwise(atts):
+            assert one["ended_at"] <= after["started_at"], f"{iid}: attempts overlap"
+    assert got == SEED2
+    # Each submitted patch evaluated exactly once, by one runner, and the claims numbered it 1.
+    assert evals and all(n == 1 and no == 1 for _, no, n in evals), evals
+    return by
+
+
+def _kill_servers(url: str) -> None:
+    for (pid,) in q(url, "SELECT pid FROM server_lives WHERE pid IS NOT NULL"):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _stop(*procs: subprocess.Popen[bytes]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+
+
+def test_two_runners_share_one_run_and_give_the_one_process_outcomes(tmp_path: Path, pg_url: str) -> None:
+    a, b = two_runners(tmp_path, pg_url, "two")
+    try:
+        assert a.wait(180) == 0, (tmp_path / "a.err").read_text()[-2000:]
+        assert b.wait(180) == 0, (tmp_path / "b.err").read_text()[-2000:]
+    finally:
+        _stop(a, b)
+        _kill_servers(pg_url)
+    by = check_the_record(pg_url, "two")
+    workers = {r["runner_id"] for atts in by.values() for r in atts}
+    # Both did some of the work (else "the union equals one process's" would prove nothing) ...
+    assert workers == {runner_of(pg_url, "start"), runner_of(pg_url, "join")}
+    # ... and no model-side attempt was made twice: one attempt per instance, as on one process.
+    assert all(len(atts) == 1 for atts in by.values()), {i: len(v) for i, v in by.items()}
+    ends = q(pg_url, "SELECT how FROM runner_ends ORDER BY how")
+    assert [e[0] for e in ends] == ["finished", "finished"]
+    marks = [r[0] for r in q(pg_url, "SELECT kind FROM run_marks WHERE run_id = 'two' ORDER BY id")]
+    assert sorted(marks) == ["finished", "finished", "joined", "started"]
+
+
+def dump(url: str) -> dict[str, set[tuple[Any, ...]]]:
+    with Ledger(url) as lg:
+        return {t: {tuple(r) for r in lg.query(f"SELECT * FROM {t}")} for t in lg.tables()}
+
+
+IN_FLIGHT_OF_JOINED = (
+    "SELECT a.attempt_id FROM attempts a JOIN runners r ON r.runner_id = a.runner_id "
+    "LEFT JOIN attempt_ends e ON e.attempt_id = a.attempt_id WHERE r.role = 'join' AND e.attempt_id IS NULL"
+)
+
+
+def _joined_runner_busy(url: str, b: subprocess.Popen[bytes]) -> None:
+    eventually(
+        lambda: b.poll() is not None or bool(q(url, IN_FLIGHT_OF_JOINED)), 120, what="an attempt of runner B"
+    )
+    assert b.poll() is None, "runner B ended before it had an attempt in flight"
+
+
+def _taken_over(url: str, flight: set[str], why: str) -> None:
+    """B's attempts in flight were ended interrupted/runner_lost by A, and B ended lost."""
+    a_id, b_id = runner_of(url, "start"), runner_of(url, "join")
+    ends = {r[0]: r for r in q(url, "SELECT attempt_id, status, reason, detail_json FROM attempt_ends")}
+    for aid in flight:
+        assert (ends[aid][1], ends[aid][2]) == ("interrupted", "runner_lost"), ends[aid]
+        detail = json.loads(ends[aid][3])
+        assert detail["runner_id"] == b_id and detail["by"] == a_id and why in detail["why"], detail
+    how = q(url, "SELECT how, detail_json FROM runner_ends WHERE runner_id = ?", b_id)[0]
+    assert how[0] == "lost" and why in json.loads(how[1])["why"]
+    # Its server, left running in a process group of its own, was stopped by A (same host).
+    lives = q(
+        url,
+        "SELECT l.end_reason FROM runner_lives rl JOIN server_life_view l USING (life_id) "
+        "WHERE rl.runner_id = ? ORDER BY l.started_at",
+        b_id,
+    )
+    assert lives[0][0] == "orphaned", lives
+
+
+def test_a_runner_killed_mid_run_loses_no_row_and_the_other_finishes_its_work(
+    tmp_path: Path, pg_url: str
+) -> None:
+    a, b = two_runners(tmp_path, pg_url, "kill")
+    try:
+        _joined_runner_busy(pg_url, b)
+        os.killpg(b.pid, signal.SIGKILL)  # the runner and its agents' commands, at once
+        b.wait(10)
+        flight = {r[0] for r in q(pg_url, IN_FLIGHT_OF_JOINED)}
+        before = dump(pg_url)
+        assert a.wait(180) == 0, (tmp_path / "a.err").read_text()[-2000:]
+    finally:
+        _stop(a, b)
+        _kill_servers(pg_url)
+    assert flight, "the kill landed between attempts: nothing in flight to take over"
+    after = dump(pg_url)
+    for table, rows in before.items():
+        assert rows <= after[table], f"{table}: rows lost"
+    by = check_the_record(pg_url, "kill")
+    _taken_over(pg_url, flight, "is gone")  # seen by its pid at once, no lease to wait for
+    # Exactly one model-side attempt per instance: the killed ones were retried, never doubled.
+    for iid, atts in by.items():
+        assert sum(r["status"] in ("submitted", "early_stop") for r in atts) == 1, iid
+
+
+def test_a_hung_runner_loses_its_work_when_its_lease_runs_out_and_then_stops(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """SIGSTOP: its process is alive, so only its lease (the database's clock) can tell."""
+    a, b = two_runners(tmp_path, pg_url, "hang", interval=0.5, timeout=3.0)
+    try:
+        _joined_runner_busy(pg_url, b)
+        os.killpg(b.pid, signal.SIGSTOP)
+        flight = {r[0] for r in q(pg_url, IN_FLIGHT_OF_JOINED)}
+        b_id = runner_of(pg_url, "join")
+        eventually(
+            lambda: bool(q(pg_url, "SELECT 1 FROM runner_ends WHERE runner_id = ?", b_id)), 60, what="B lost"
+        )
+        os.killpg(b.pid, signal.SIGCONT)  # it wakes, finds itself lost, and stops
+        assert b.wait(60) == 1
+        assert "found this one dead" in (tmp_path / "b.err").read_text()
+        assert a.wait(180) == 0, (tmp_path / "a.err").read_text()[-2000:]
+    finally:
+        _stop(a, b)
+        _kill_servers(pg_url)
+    check_the_record(pg_url, "hang")  # its late results were refused: one end per attempt
+    _taken_over(pg_url, flight, "lease ran out")
+
+
+def test_join_is_refused_on_sqlite_and_for_a_run_that_does_not_exist(tmp_path: Path, pg_url: str) -> None:
+    sqlite = tmp_path / "l.sqlite"
+    with Ledger(sqlite) as lg:
+        make_run(lg, "r", ["a"])
+    for args, said in (
+        (("--join", "r", "--ledger", str(sqlite)), "--join: "),
+        (("--join", "nope", "--ledger", pg_url), "no run 'nope'"),
+        (("--join", "r", "--resume", "r", "--ledger", pg_url), "--resume: not with --join"),
+    ):
+        res = cli("run", *args)
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.strip().count("\n") == 0 and said in res.stderr, res.stderr
+    assert "SQLite" in cli("run", "--join", "r", "--ledger", str(sqlite)).stderr
+    with Ledger(sqlite) as lg:
+        assert lg.query("SELECT COUNT(*) FROM runners")[0][0] == 0  # refused before any row
+
+
+def test_the_claim_and_resume_with_a_live_runner(pg_url: str) -> None:
+    with Ledger(pg_url) as one, Ledger(pg_url) as two:
+        make_run(one, "r", ["a"])
+        add_attempt(one, "r", "a", 1, "submitted", patch="x", resolved=1)
+        # The unique index, not only the attempt id: the same attempt number under another id.
+        row = {
+            "attempt_id": "other-id",
+            "run_id": "r",
+            "instance_id": "a",
+            "attempt_no": 1,
+            "started_at": 1.0,
+        }
+        with pytest.raises(LedgerConflict):
+            two.append("attempts", row)
+        runner = lease.Runner(one, "r", "start", Config().run)
+        runner.start()
+        try:
+            res = cli("run", "--resume", "r", "--ledger", pg_url)
+            assert res.returncode == 2 and "still running" in res.stderr and "--join r" in res.stderr, (
+                res.stderr
+            )
+        finally:
+            runner.close("finished")
+    res = cli("run", "--resume", "r", "--ledger", pg_url, "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["outcomes"]["resolved"] == 1
