@@ -28,7 +28,9 @@ from wedgewatch.testing import eventually
 pytestmark = pytest.mark.timeout(240)
 
 
-def write_config(tmp_path: Path, ledger: str, *, interval: float = 1.0, timeout: float = 10.0) -> Path:
+def write_config(
+    tmp_path: Path, ledger: str, *, interval: float = 1.0, timeout: float = 10.0, ids: list[str] | None = None
+) -> Path:
     scenario = tmp_path / "scenario.toml"
     scenario.write_text("[policy]\nskill = 0.5\n")
     cfg = tmp_path / "c.toml"
@@ -48,7 +50,7 @@ stall_timeout = 20.0
 [agent]
 step_limit = 8
 [suite]
-ids = {json.dumps(list(SEED2))}
+ids = {json.dumps(ids or list(SEED2))}
 [run]
 concurrency = 2
 ledger = "{ledger}"
@@ -99,9 +101,10 @@ def runner_of(url: str, role: str) -> str:
     return str(q(url, "SELECT runner_id FROM runners WHERE role = ?", role)[0][0])
 
 
-def check_the_record(url: str, run_id: str) -> dict[str, list[Any]]:
-    """Every attempt has exactly one end, no two attempts of an instance overlap, and the outcomes
-    are the one-process run's. Returns the attempts by instance."""
+def check_the_record(url: str, run_id: str, expected: dict[str, str]) -> dict[str, list[Any]]:
+    """Every attempt has its end (one at most: attempt_ends' primary key), no two attempts of an
+    instance overlap, each submitted patch was evaluated once, and the outcomes are the
+    one-process run's. Returns the attempts by instance."""
     with Ledger(url) as lg:
         rows = lg.query(
             "SELECT a.instance_id, a.attempt_no, a.runner_id, a.started_at, e.ended_at, e.status, e.reason "
@@ -109,16 +112,14 @@ def check_the_record(url: str, run_id: str) -> dict[str, list[Any]]:
             "WHERE a.run_id = ? ORDER BY a.instance_id, a.started_at",
             (run_id,),
         )
-        ends = lg.query(
-            "SELECT attempt_id, COUNT(*) FROM attempt_ends GROUP BY attempt_id HAVING COUNT(*) > 1"
-        )
         got = outcomes(lg, run_id)
-        evals = lg.query(
-            "SELECT s.attempt_id, s.eval_no, COUNT(e.id) FROM evaluation_starts s LEFT JOIN evaluations e "
-            "ON e.attempt_id = s.attempt_id AND e.eval_no = s.eval_no GROUP BY s.attempt_id, s.eval_no"
+        verdicts = lg.query("SELECT attempt_id, COUNT(*) FROM evaluations GROUP BY attempt_id")
+        unended = lg.query(
+            "SELECT s.attempt_id, x.how FROM evaluation_starts s LEFT JOIN runner_ends x USING (runner_id) "
+            "WHERE NOT EXISTS (SELECT 1 FROM evaluations e WHERE e.attempt_id = s.attempt_id "
+            "AND e.eval_no = s.eval_no)"
         )
         assert checks.problems(lg) == []
-    assert ends == []
     by: dict[str, list[Any]] = {}
     for r in rows:
         assert r["ended_at"] is not None, f"attempt {r['instance_id']}#{r['attempt_no']} has no end"
@@ -126,9 +127,11 @@ def check_the_record(url: str, run_id: str) -> dict[str, list[Any]]:
     for iid, atts in by.items():
         for one, after in itertools.pairwise(atts):
             assert one["ended_at"] <= after["started_at"], f"{iid}: attempts overlap"
-    assert got == SEED2
-    # Each submitted patch evaluated exactly once, by one runner, and the claims numbered it 1.
-    assert evals and all(n == 1 and no == 1 for _, no, n in evals), evals
+    assert got == expected
+    # One verdict per submitted attempt: no evaluation ran twice. An evaluation left without its
+    # verdict can only be a dead runner's.
+    assert verdicts and all(n == 1 for _, n in verdicts), verdicts
+    assert all(how == "lost" for _, how in unended), unended
     return by
 
 
@@ -147,75 +150,65 @@ def _stop(*procs: subprocess.Popen[bytes]) -> None:
             p.wait(10)
 
 
-def test_two_runners_share_one_run_and_give_the_one_process_outcomes(tmp_path: Path, pg_url: str) -> None:
-    a, b = two_runners(tmp_path, pg_url, "two")
-    try:
-        assert a.wait(180) == 0, (tmp_path / "a.err").read_text()[-2000:]
-        assert b.wait(180) == 0, (tmp_path / "b.err").read_text()[-2000:]
-    finally:
-        _stop(a, b)
-        _kill_servers(pg_url)
-    by = check_the_record(pg_url, "two")
-    workers = {r["runner_id"] for atts in by.values() for r in atts}
-    # Both did some of the work (else "the union equals one process's" would prove nothing) ...
-    assert workers == {runner_of(pg_url, "start"), runner_of(pg_url, "join")}
-    # ... and no model-side attempt was made twice: one attempt per instance, as on one process.
-    assert all(len(atts) == 1 for atts in by.values()), {i: len(v) for i, v in by.items()}
-    ends = q(pg_url, "SELECT how FROM runner_ends ORDER BY how")
-    assert [e[0] for e in ends] == ["finished", "finished"]
-    marks = [r[0] for r in q(pg_url, "SELECT kind FROM run_marks WHERE run_id = 'two' ORDER BY id")]
-    assert sorted(marks) == ["finished", "finished", "joined", "started"]
-
-
 def dump(url: str) -> dict[str, set[tuple[Any, ...]]]:
     with Ledger(url) as lg:
         return {t: {tuple(r) for r in lg.query(f"SELECT * FROM {t}")} for t in lg.tables()}
 
 
-IN_FLIGHT_OF_JOINED = (
+IN_FLIGHT = (
     "SELECT a.attempt_id FROM attempts a JOIN runners r ON r.runner_id = a.runner_id "
-    "LEFT JOIN attempt_ends e ON e.attempt_id = a.attempt_id WHERE r.role = 'join' AND e.attempt_id IS NULL"
+    "LEFT JOIN attempt_ends e ON e.attempt_id = a.attempt_id WHERE r.role = ? AND e.attempt_id IS NULL"
 )
+STARTED = "SELECT 1 FROM attempts a JOIN runners r ON r.runner_id = a.runner_id WHERE r.role = ?"
 
 
-def _joined_runner_busy(url: str, b: subprocess.Popen[bytes]) -> None:
+def _both_busy(url: str, victim: str, procs: tuple[subprocess.Popen[bytes], ...]) -> None:
+    """Until both runners have started attempts and ``victim``'s has one in flight."""
+    other = "join" if victim == "start" else "start"
     eventually(
-        lambda: b.poll() is not None or bool(q(url, IN_FLIGHT_OF_JOINED)), 120, what="an attempt of runner B"
+        lambda: (
+            any(p.poll() is not None for p in procs)
+            or (bool(q(url, IN_FLIGHT, victim)) and bool(q(url, STARTED, other)))
+        ),
+        120,
+        what=f"runner {victim} with an attempt in flight, and the other at work",
     )
-    assert b.poll() is None, "runner B ended before it had an attempt in flight"
+    assert all(p.poll() is None for p in procs), "a runner ended before the test could stop it"
 
 
-def _taken_over(url: str, flight: set[str], why: str) -> None:
-    """B's attempts in flight were ended interrupted/runner_lost by A, and B ended lost."""
-    a_id, b_id = runner_of(url, "start"), runner_of(url, "join")
+def _taken_over(url: str, victim: str, flight: set[str], why: str) -> None:
+    """The victim's attempts in flight were ended interrupted/runner_lost by the other runner,
+    the victim ended lost, and its server (same host) stopped."""
+    v_id = runner_of(url, victim)
+    by_id = runner_of(url, "join" if victim == "start" else "start")
     ends = {r[0]: r for r in q(url, "SELECT attempt_id, status, reason, detail_json FROM attempt_ends")}
     for aid in flight:
         assert (ends[aid][1], ends[aid][2]) == ("interrupted", "runner_lost"), ends[aid]
         detail = json.loads(ends[aid][3])
-        assert detail["runner_id"] == b_id and detail["by"] == a_id and why in detail["why"], detail
-    how = q(url, "SELECT how, detail_json FROM runner_ends WHERE runner_id = ?", b_id)[0]
+        assert detail["runner_id"] == v_id and detail["by"] == by_id and why in detail["why"], detail
+    how = q(url, "SELECT how, detail_json FROM runner_ends WHERE runner_id = ?", v_id)[0]
     assert how[0] == "lost" and why in json.loads(how[1])["why"]
-    # Its server, left running in a process group of its own, was stopped by A (same host).
+    # Its server, left running in a process group of its own, was stopped by the other runner.
     lives = q(
         url,
         "SELECT l.end_reason FROM runner_lives rl JOIN server_life_view l USING (life_id) "
         "WHERE rl.runner_id = ? ORDER BY l.started_at",
-        b_id,
+        v_id,
     )
     assert lives[0][0] == "orphaned", lives
 
 
-def test_a_runner_killed_mid_run_loses_no_row_and_the_other_finishes_its_work(
-    tmp_path: Path, pg_url: str
-) -> None:
+def test_two_runners_share_a_run_and_one_killed_loses_no_row(tmp_path: Path, pg_url: str) -> None:
+    """Runner A starts the run, B joins it; A is SIGKILLed with an attempt in flight while both
+    work. B takes A's instances over and finishes the run with the one-process outcomes."""
     a, b = two_runners(tmp_path, pg_url, "kill")
     try:
-        _joined_runner_busy(pg_url, b)
-        os.killpg(b.pid, signal.SIGKILL)  # the runner and its agents' commands, at once
-        b.wait(10)
-        flight = {r[0] for r in q(pg_url, IN_FLIGHT_OF_JOINED)}
+        _both_busy(pg_url, "start", (a, b))
+        os.killpg(a.pid, signal.SIGKILL)  # the runner and its agents' commands, at once
+        a.wait(10)
+        flight = {r[0] for r in q(pg_url, IN_FLIGHT, "start")}
         before = dump(pg_url)
-        assert a.wait(180) == 0, (tmp_path / "a.err").read_text()[-2000:]
+        assert b.wait(180) == 0, (tmp_path / "b.err").read_text()[-2000:]
     finally:
         _stop(a, b)
         _kill_servers(pg_url)
@@ -223,22 +216,30 @@ def test_a_runner_killed_mid_run_loses_no_row_and_the_other_finishes_its_work(
     after = dump(pg_url)
     for table, rows in before.items():
         assert rows <= after[table], f"{table}: rows lost"
-    by = check_the_record(pg_url, "kill")
-    _taken_over(pg_url, flight, "is gone")  # seen by its pid at once, no lease to wait for
-    # Exactly one model-side attempt per instance: the killed ones were retried, never doubled.
+    by = check_the_record(pg_url, "kill", SEED2)
+    _taken_over(pg_url, "start", flight, "is gone")  # seen by its pid at once, no lease to wait for
+    # Both did work; the killed attempts were attempted again, and no instance got two
+    # model-side attempts: the union of their work is the one-process run.
+    workers = {r["runner_id"] for atts in by.values() for r in atts}
+    assert workers == {runner_of(pg_url, "start"), runner_of(pg_url, "join")}
     for iid, atts in by.items():
         assert sum(r["status"] in ("submitted", "early_stop") for r in atts) == 1, iid
+    ends = dict(q(pg_url, "SELECT r.role, e.how FROM runners r JOIN runner_ends e USING (runner_id)"))
+    assert ends == {"start": "lost", "join": "finished"}
+    marks = [r[0] for r in q(pg_url, "SELECT kind FROM run_marks WHERE run_id = 'kill' ORDER BY id")]
+    assert marks == ["started", "joined", "finished"]
 
 
 def test_a_hung_runner_loses_its_work_when_its_lease_runs_out_and_then_stops(
     tmp_path: Path, pg_url: str
 ) -> None:
-    """SIGSTOP: its process is alive, so only its lease (the database's clock) can tell."""
-    a, b = two_runners(tmp_path, pg_url, "hang", interval=0.5, timeout=3.0)
+    """SIGSTOP: its process is alive, so only its lease (on the database's clock) can tell."""
+    a, b = two_runners(tmp_path, pg_url, "hang", interval=0.5, timeout=3.0, ids=list(SEED2)[:4])
     try:
-        _joined_runner_busy(pg_url, b)
+        _both_busy(pg_url, "join", (a, b))
         os.killpg(b.pid, signal.SIGSTOP)
-        flight = {r[0] for r in q(pg_url, IN_FLIGHT_OF_JOINED)}
+        flight = {r[0] for r in q(pg_url, IN_FLIGHT, "join")}
+        assert flight, "the stop landed between attempts: nothing in flight to take over"
         b_id = runner_of(pg_url, "join")
         eventually(
             lambda: bool(q(pg_url, "SELECT 1 FROM runner_ends WHERE runner_id = ?", b_id)), 60, what="B lost"
@@ -250,8 +251,9 @@ def test_a_hung_runner_loses_its_work_when_its_lease_runs_out_and_then_stops(
     finally:
         _stop(a, b)
         _kill_servers(pg_url)
-    check_the_record(pg_url, "hang")  # its late results were refused: one end per attempt
-    _taken_over(pg_url, flight, "lease ran out")
+    # Its late results were refused: one end per attempt.
+    check_the_record(pg_url, "hang", {i: SEED2[i] for i in list(SEED2)[:4]})
+    _taken_over(pg_url, "join", flight, "lease ran out")
 
 
 def test_join_is_refused_on_sqlite_and_for_a_run_that_does_not_exist(tmp_path: Path, pg_url: str) -> None:
