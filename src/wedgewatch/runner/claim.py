@@ -117,9 +117,16 @@ class Dispenser:
         return True
 
     async def watch(self, tasks: list[asyncio.Task[None]]) -> None:
-        """Until the workers are done: raise RunnerLost as soon as this runner is found dead, so
-        its attempts stop now rather than when each worker next asks for work."""
+        """Until the workers are done, every ``run.lease_interval``: raise RunnerLost as soon as
+        this runner is found dead, so its attempts stop now rather than when each worker next asks
+        for work; and end the attempts (and stop the servers) of runners that died, even while
+        every worker here is busy: the record says so at once, and a server orphaned on this host
+        does not hold its GPU until a worker is free."""
         pending: set[asyncio.Task[None]] = set(tasks)
         while pending:
             self.check()
+            try:
+                lease.reap(self.ctx.ledger, self.ctx.run_id, by=self.ctx.runner_id)
+            except Exception as exc:  # the database away for a moment: the next turn reaps
+                log.warning("reaping dead runners of %s: %s", self.ctx.run_id, exc)
             _, pending = await asyncio.wait(pending, timeout=self.poll)

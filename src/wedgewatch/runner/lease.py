@@ -58,12 +58,14 @@ def pid_space() -> str:
 
 def start_time(pid: int) -> str | None:
     """The process's start (clock ticks after boot, /proc/<pid>/stat field 22), None when there
-    is no such process: with the pid, it names one process even after the pid is reused."""
+    is no such process, or only its zombie: with the pid, it names one process even after the
+    pid is reused."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def append_once(ledger: Ledger, table: str, row: Mapping[str, Any]) -> bool:
