@@ -269,6 +269,10 @@ def test_join_is_refused_on_sqlite_and_for_a_run_that_does_not_exist(tmp_path: P
         assert res.returncode == 2, res.stderr
         assert res.stderr.strip().count("\n") == 0 and said in res.stderr, res.stderr
     assert "SQLite" in cli("run", "--join", "r", "--ledger", str(sqlite)).stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[run]\nlease_interval = 5\nlease_timeout = 6\n")
+    res = cli("config", "--check", str(bad))
+    assert res.returncode == 2 and "run.lease_timeout: must be at least twice" in res.stderr, res.stderr
     with Ledger(sqlite) as lg:
         assert lg.query("SELECT COUNT(*) FROM runners")[0][0] == 0  # refused before any row
 

@@ -15,7 +15,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from wedgewatch.errors import ConfigError
 from wedgewatch.ray_config import RayConfig
@@ -236,11 +237,13 @@ class RunConfig(_Section):
     for dead: its attempts in flight end `interrupted`/`runner_lost` and are attempted again.
     Several intervals (at least two), so one slow write is not taken for a death."""
 
-    @model_validator(mode="after")
-    def _lease(self) -> RunConfig:
-        if self.lease_timeout < 2 * self.lease_interval:
-            raise ValueError("lease_timeout must be at least twice lease_interval")
-        return self
+    @field_validator("lease_timeout")
+    @classmethod
+    def _lease(cls, timeout: float, info: ValidationInfo) -> float:
+        interval = info.data.get("lease_interval")
+        if interval is not None and timeout < 2 * interval:
+            raise PydanticCustomError("lease", f"must be at least twice run.lease_interval ({interval:g} s)")
+        return timeout
 
 
 class Config(_Section):
