@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import resource
+import secrets
 import statistics
 import subprocess
 import sys
@@ -85,17 +86,29 @@ def run_cell(
     target = ledger if ledger != "sqlite" else str(root / "ledger.sqlite")
     cfg = run_config(root, suite, repos, servers, executor, target, concurrency, rate)
     holder: list[RunContext] = []
+    # A PostgreSQL ledger is shared by the cells (and by earlier benchmarks): each run its own id.
+    rid = f"scale-{servers}-{executor}-{secrets.token_hex(3)}"
     t0 = time.monotonic()
-    ex = runner_main.start(cfg, run_id="scale", on_context=holder.append)
+    ex = runner_main.start(cfg, run_id=rid, on_context=holder.append)
     wall = time.monotonic() - t0
     ctx = holder[0]
     with Ledger(target) as lg:
-        first = lg.query("SELECT MIN(started_at), MAX(ended_at) FROM attempt_view WHERE run_id = 'scale'")[0]
+        first = lg.query("SELECT MIN(started_at), MAX(ended_at) FROM attempt_view WHERE run_id = ?", (rid,))[
+            0
+        ]
         served = lg.query(
             "SELECT l.member, COUNT(*) FROM attempts a JOIN server_lives l USING (life_id) "
-            "WHERE a.run_id = 'scale' GROUP BY l.member"
+            "WHERE a.run_id = ? GROUP BY l.member",
+            (rid,),
         )
-        statuses = {r[0]: r[1] for r in lg.query("SELECT status, COUNT(*) FROM attempt_ends GROUP BY status")}
+        statuses = {
+            r[0]: r[1]
+            for r in lg.query(
+                "SELECT e.status, COUNT(*) FROM attempt_ends e JOIN attempts a USING (attempt_id) "
+                "WHERE a.run_id = ? GROUP BY e.status",
+                (rid,),
+            )
+        }
     attempts = max(1, len(ctx.timings.overhead))
     overhead = [cpu * 1000 for cpu, _ in ctx.timings.overhead]
     decisions = sum(cpu for cpu, _ in ctx.timings.decisions) * 1000 / attempts
