@@ -19,6 +19,7 @@ EXTRA_OF = {
     "sqlalchemy": "postgres",
     "psycopg": "postgres",
     "alembic": "postgres",
+    "ray": "ray",
 }
 """Top-level import name -> the extra (pyproject.toml) that installs it."""
 

@@ -135,6 +135,8 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
             "runner_wall": round(span.wall, 6),
         },
     }
+    if ending.worker is not None:
+        detail["worker"] = ending.worker
     if ending.exc is not None:
         detail["error"] = describe(ending.exc)
     if result is not None and status != result.status:

@@ -69,6 +69,7 @@ class AgentEnding:
     sandbox_path: str | None = None
     agent_seconds: float = 0.0
     sandbox_seconds: float = 0.0
+    worker: dict[str, Any] | None = None  # where it ran, when not in this process (a Ray worker)
 
 
 @dataclass(frozen=True, slots=True)

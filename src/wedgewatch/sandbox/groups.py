@@ -10,6 +10,9 @@ Race-free by construction: ``spawn`` holds the list's lock across ``Popen`` and 
 (and killed), or started after it (and refused): there is no moment in which a command runs
 unlisted. Each run has its own list (``scope``, carried to agent threads by ``contextvars``), so
 one run stopping early never kills another's commands in the same process.
+
+A list can have a watcher (``sandbox.reaper``: a process that kills the listed groups if this
+process dies); it hears of every group as it is listed and released, under the same lock.
 """
 
 from __future__ import annotations
@@ -22,20 +25,27 @@ import subprocess
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from wedgewatch.errors import SandboxError
 
 log = logging.getLogger(__name__)
 
 
+class Watcher(Protocol):
+    def listed(self, pgid: int) -> None: ...
+
+    def released(self, pgid: int) -> None: ...
+
+
 class Groups:
     """The live process groups of one run's commands."""
 
-    def __init__(self) -> None:
+    def __init__(self, watcher: Watcher | None = None) -> None:
         self._lock = threading.Lock()
         self._live: set[int] = set()
         self._closed = False
+        self._watcher = watcher
 
     def spawn(self, argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
         """Start ``argv`` in a new session and list its group before anyone can see it run."""
@@ -44,12 +54,16 @@ class Groups:
                 raise SandboxError(f"the run is stopping: {argv[0]!r} was not started")
             proc: subprocess.Popen[bytes] = subprocess.Popen(argv, start_new_session=True, **popen)
             self._live.add(proc.pid)
+            if self._watcher is not None:
+                self._watcher.listed(proc.pid)
         return proc
 
     def release(self, pgid: int) -> None:
         """Unlist a group whose owner has killed and reaped it."""
         with self._lock:
             self._live.discard(pgid)
+            if self._watcher is not None:
+                self._watcher.released(pgid)
 
     def running(self) -> int:
         with self._lock:
@@ -83,9 +97,10 @@ def current() -> Groups:
 
 
 @contextmanager
-def scope() -> Iterator[Groups]:
-    """A fresh list for the block (a run's execution); the caller closes it on an early stop."""
-    groups = Groups()
+def scope(groups: Groups | None = None) -> Iterator[Groups]:
+    """A fresh list (or ``groups``) for the block: a run's execution, or one attempt on a Ray
+    worker; the caller closes it on an early stop."""
+    groups = groups if groups is not None else Groups()
     token = _current.set(groups)
     try:
         yield groups
