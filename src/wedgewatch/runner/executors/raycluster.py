@@ -30,6 +30,14 @@ START_WAIT = 120
 LOCAL_LOGS = "/tmp/ray/session_latest/logs"
 
 
+# Ray sends its token to an address given explicitly only when told to, and says only "Failed to
+# connect" when the cluster refuses a driver without it.
+AUTH_HINT = (
+    " (a cluster with token authentication needs RAY_AUTH_MODE=token and its token, in "
+    "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token, in the runner's environment)"
+)
+
+
 class _Quiet(logging.Filter):
     """Drop ray.init's warning that it set no SIGTERM handler off the main thread: that is the
     point of calling it there (the run's own handler stays)."""
@@ -96,7 +104,7 @@ class Cluster:
                 ray.shutdown()  # whatever half started must not outlive the failure
             except Exception:
                 log.exception("stopping a half-started Ray failed")
-            where = f"; Ray's logs: {LOCAL_LOGS}" if self.local else ""
+            where = f"; Ray's logs: {LOCAL_LOGS}" if self.local else AUTH_HINT
             raise ExecutorError(
                 f'run.executor = "ray": {"starting" if self.local else "joining"} {self.describe()} '
                 f"failed: {type(exc).__name__}: {str(exc)[:1000]}{where}"

@@ -1,0 +1,111 @@
+"""A real Ray cluster for the tests (``ray start --head --block`` on 127.0.0.1, 2 CPUs, no
+dashboard, a small object store), and the process bookkeeping the Ray tests check with: which
+processes descend from a pid, and whether exactly those processes still run.
+
+The cluster is stopped by signalling the one ``ray start`` process the test started (it stops
+every process it started), never with ``ray stop``, which would stop every Ray on the machine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+READY = "Ray runtime started"
+START_TIMEOUT = 180.0  # seconds: a loaded 2-core machine has taken 25 to start one
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RayCluster:
+    proc: subprocess.Popen[bytes]
+    address: str
+    log: Path
+
+    def processes(self) -> set[tuple[int, int]]:
+        return descendants(self.proc.pid)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # ray start --block stops what it started on SIGTERM
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def start_cluster(root: Path) -> RayCluster:
+    port = _free_port()
+    log = root / "ray-start.log"
+    argv = [
+        sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+        "--port", str(port), "--node-ip-address", "127.0.0.1", "--num-cpus", "2",
+        "--include-dashboard", "false", "--object-store-memory", str(80 * 1024 * 1024),
+        "--disable-usage-stats",
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    cluster = RayCluster(proc, f"127.0.0.1:{port}", log)
+    deadline = time.monotonic() + START_TIMEOUT
+    while READY not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            cluster.stop()
+            raise RuntimeError(f"ray start did not come up: {log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.3)
+    return cluster
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) of a live process, or None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    if fields[0] == "Z":
+        return None  # a zombie runs nothing
+    return int(fields[1]), int(fields[19])
+
+
+def descendants(root: int) -> set[tuple[int, int]]:
+    """``root`` and every process under it, as (pid, start time): a pid reused later by another
+    process does not count as the same one."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None:
+            children.setdefault(st[0], []).append(int(entry.name))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if (st := _stat(pid)) is not None:
+            found.add((pid, st[1]))
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def still_running(processes: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    return {(pid, start) for pid, start in processes if (st := _stat(pid)) is not None and st[1] == start}
+
+
+def titled(prefix: str) -> list[int]:
+    """Processes whose command line starts with ``prefix`` (Ray titles a worker ``ray::<task>``
+    while it runs a task)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_bytes().startswith(prefix.encode()):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
