@@ -8,10 +8,12 @@ every process it started), never with ``ray stop``, which would stop every Ray o
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ class RayCluster:
     proc: subprocess.Popen[bytes]
     address: str
     log: Path
+    temp: Path
 
     def processes(self) -> set[tuple[int, int]]:
         return descendants(self.proc.pid)
@@ -43,20 +46,24 @@ class RayCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
+        shutil.rmtree(self.temp, ignore_errors=True)
 
 
 def start_cluster(root: Path) -> RayCluster:
+    """A head node on a free port. Its temporary directory is its own (short: Ray's socket paths
+    must fit 107 bytes), so it writes no /tmp/ray/ray_current_cluster for another Ray to find."""
     port = _free_port()
+    temp = tempfile.mkdtemp(prefix="wwray-", dir="/tmp")
     log = root / "ray-start.log"
     argv = [
         sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
         "--port", str(port), "--node-ip-address", "127.0.0.1", "--num-cpus", "2",
         "--include-dashboard", "false", "--object-store-memory", str(80 * 1024 * 1024),
-        "--disable-usage-stats",
+        "--disable-usage-stats", "--temp-dir", temp,
     ]  # fmt: skip
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    cluster = RayCluster(proc, f"127.0.0.1:{port}", log)
+    cluster = RayCluster(proc, f"127.0.0.1:{port}", log, Path(temp))
     deadline = time.monotonic() + START_TIMEOUT
     while READY not in log.read_text(errors="replace"):
         if proc.poll() is not None or time.monotonic() > deadline:

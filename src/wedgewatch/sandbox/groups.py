@@ -80,6 +80,8 @@ class Groups:
                     os.killpg(pgid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+                if self._watcher is not None:
+                    self._watcher.released(pgid)  # killed: a watcher must not kill its pgid again
         if pgids:
             log.warning("killed %d command process group(s) still running", len(pgids))
         return len(pgids)

@@ -10,9 +10,10 @@ on Ray starts one of these beside it: the worker writes ``+PGID`` when a group i
 kernel closes the pipe either way) the watcher SIGKILLs every group still listed, and exits.
 
 Run as a file (``python -I -S reaper.py``), not as ``-m wedgewatch...``: the watcher must start in
-milliseconds and import nothing but the standard library. It ignores SIGINT and runs in a session
-of its own, so a Ctrl-C at a terminal, or Ray killing the worker's process group, does not take it
-down before it has done its job.
+milliseconds and import nothing but the standard library. It ignores SIGINT, runs in a session of
+its own and leaves its parent at once (it forks and the first process exits), so neither a Ctrl-C
+at a terminal, nor Ray killing the worker's process group, nor Ray killing a dying worker's
+children (it does: ``kill_child_processes_on_worker_exit``) takes it down before its job is done.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class Reaper:
             stdout=subprocess.DEVNULL,
             start_new_session=True,
         )
+        # The first process forks the watcher and exits: reap it, the watcher is nobody's child.
+        self._proc.wait()
         assert self._proc.stdin is not None
         self._pipe = self._proc.stdin
 
@@ -72,20 +75,17 @@ class Reaper:
     def released(self, pgid: int) -> None:
         self._say(f"-{pgid}")
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self) -> None:
         """Close the pipe: the watcher kills whatever is still listed and exits."""
         with self._lock:
             try:
                 self._pipe.close()
             except BrokenPipeError:
                 pass
-        try:
-            self._proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
 
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if os.fork() > 0:
+        os._exit(0)
     _watch(sys.stdin.buffer)

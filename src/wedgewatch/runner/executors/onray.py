@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import signal
+import threading
 from typing import Any
 
 from wedgewatch.config import Config
@@ -53,6 +55,7 @@ class RayExecutor:
         self._loop = asyncio.get_running_loop()
         self._starting = self._cluster.submit(self._cluster.open)
         await asyncio.wrap_future(self._starting)
+        _restore_signal_handlers()
         import ray
 
         self._remote = ray.remote(run_attempt_task)
@@ -122,25 +125,40 @@ class RayExecutor:
     async def stop(self) -> None:
         """Cancel what still runs (gently, then by force), then stop the local Ray or leave the
         cluster. Leaves no process of the run behind."""
+        loop = asyncio.get_running_loop()
         try:
             if self._starting is not None and not self._starting.done():
                 # Ctrl-C during ray.init: it cannot be interrupted; wait for it, then undo it.
-                await asyncio.wait([asyncio.wrap_future(self._starting)], timeout=START_LIMIT)
+                await loop.run_in_executor(None, concurrent.futures.wait, [self._starting], START_LIMIT)
             for timer in self._timers:
                 timer.cancel()
             running = dict(self._tasks)
             for ref in running:
                 self._cancel(ref, force=False)
             if running:
-                waiting = [asyncio.wrap_future(f) for f in running.values()]
-                await asyncio.wait(waiting, timeout=CANCEL_GRACE)
-                for ref, landed in running.items():
-                    if not landed.done():
+                landed = list(running.values())
+                _, late = await loop.run_in_executor(None, concurrent.futures.wait, landed, CANCEL_GRACE)
+                for ref, future in running.items():
+                    if future in late:
                         self._cancel(ref, force=True)
-                log.info("cancelled %d Ray task(s) still running", len(running))
+                log.info("cancelled %d Ray task(s) still running (%d by force)", len(running), len(late))
             await asyncio.wrap_future(self._cluster.submit(self._cluster.close))
         finally:
             self._cluster.release()
+
+
+def _restore_signal_handlers() -> None:
+    """Give SIGTERM and SIGINT back to the run. Ray's core worker, started by ray.init, installs
+    its own handler for SIGTERM (it prints a stack trace, then dies by the signal), which would end
+    the run before it marks its attempts, cancels its tasks and stops its server and Ray (seen:
+    the commands and two Ray agents left running). Python still holds its handlers (asyncio's,
+    the runner's): setting them again puts them back in front."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread receives Python's signals; a loop elsewhere set none
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        handler = signal.getsignal(sig)
+        if handler is not None:  # None: set outside Python, nothing of ours to restore
+            signal.signal(sig, handler)
 
 
 def _translate(exc: BaseException) -> AgentEnding | BaseException:

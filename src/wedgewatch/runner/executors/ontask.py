@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import signal
 import socket
 import threading
 
@@ -36,6 +37,11 @@ CLOSE_GRACE = 10.0
 
 def run_attempt_task(job: AttemptJob) -> AgentEnding:
     """The body of one attempt's Ray task; returns what the driver needs to write its end row."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Ray's gentle cancel is a simulated SIGINT in this thread, which does nothing while SIGINT
+        # is ignored, and a worker inherits that from a runner started in the background of a
+        # script (`wedgewatch run ... &`, nohup): every cancel would wait for the forced one.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     reaper = Reaper()
     own = groups.Groups(watcher=reaper)
     box: list[AgentEnding] = []

@@ -86,6 +86,9 @@ class Cluster:
         if self.local:
             os.environ.setdefault("RAY_gcs_server_port_wait_time_s", str(START_WAIT))
             kwargs.update(
+                # "local": a new Ray of the run's own, even when RAY_ADDRESS or a `ray start` on
+                # this machine (its /tmp/ray/ray_current_cluster, stale or not) names another.
+                address="local",
                 num_cpus=s.local_cpus,
                 num_gpus=0,
                 object_store_memory=s.object_store_mb * MIB,
