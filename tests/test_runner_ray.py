@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -281,3 +282,39 @@ time.sleep(300)
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def test_a_cluster_that_cannot_be_joined_stops_the_run_with_one_line_naming_it(tmp_path: Path) -> None:
+    """Nothing listens at the address: the run is aborted before any attempt, with one line that
+    says what failed (and what a token-authenticated cluster needs), and can be resumed."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"  # free: nothing listens there
+    cfg = on_ray(write_config(tmp_path, ids=IDS[:1], concurrency=1), address)
+    # Ray's own patience when joining (80 s here: retries of 5 s connection timeouts) cut to a few
+    # seconds, with Ray's own settings.
+    env = {
+        **os.environ,
+        "RAY_gcs_server_port_wait_time_s": "1",
+        "RAY_gcs_rpc_server_connect_timeout_s": "1",
+        "RAY_py_gcs_connect_timeout_s": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "wedgewatch", "run", str(cfg), "--run-id", "nojoin"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 1, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("wedgewatch: error:")]
+    assert len(said) == 1 and f"joining the Ray cluster at {address} failed" in said[0], done.stderr
+    assert "RAY_AUTH_MODE=token" in said[0]
+    with Ledger(tmp_path / "c.sqlite") as lg:
+        marks = [
+            (r["kind"], json.loads(r["detail_json"]).get("error", ""))
+            for r in lg.query("SELECT * FROM run_marks")
+        ]
+        attempts = lg.query("SELECT COUNT(*) FROM attempts")[0][0]
+    assert [kind for kind, _ in marks] == ["started", "aborted"] and "ExecutorError" in marks[1][1]
+    assert attempts == 0
