@@ -73,6 +73,14 @@ def start_cluster(root: Path) -> RayCluster:
     return cluster
 
 
+def outward_address() -> str:
+    """This machine's address on its default route (no packet is sent: a UDP socket's connect only
+    picks the interface), as a worker node on another host would reach it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # TEST-NET-1: routed like any outside address, never used
+        return str(s.getsockname()[0])
+
+
 def _stat(pid: int) -> tuple[int, int] | None:
     """(parent pid, start time in clock ticks) of a live process, or None."""
     try:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from ledger_helpers import outcomes
-from ray_helpers import RayCluster, descendants, start_cluster, still_running, titled
+from ray_helpers import RayCluster, descendants, outward_address, start_cluster, still_running, titled
 from test_runner_sim import IDS, SEED2, _processes_with, write_config
 from wedgewatch.config import load_config
 from wedgewatch.ledger import Ledger
@@ -54,11 +54,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
             c.stop()
 
 
-def on_ray(path: Path, address: str | None = None) -> Path:
+def on_ray(path: Path, address: str | None = None, proxy_host: str = "127.0.0.1") -> Path:
     """The config at ``path`` with its attempts on Ray: the cluster at ``address``, or a local Ray
     the run starts (2 CPUs, a small object store)."""
     where = f'address = "{address}"\n' if address else "local_cpus = 2\nobject_store_mb = 100\n"
-    path.write_text(path.read_text() + f'executor = "ray"\n[run.ray]\n{where}')
+    path.write_text(path.read_text() + f'executor = "ray"\n[run.ray]\n{where}proxy_host = "{proxy_host}"\n')
     return path
 
 
@@ -72,7 +72,10 @@ def test_a_suite_on_ray_ends_as_on_the_local_executor(tmp_path: Path, cluster: R
     before = cluster.processes()
     local = load_config(write_config(tmp_path, skill=0.5, seed=2, ids=IDS[:5], concurrency=2, name="local"))
     path = write_config(tmp_path, skill=0.5, seed=2, ids=IDS[:5], concurrency=2, name="ray")
-    on_cluster = load_config(on_ray(path, cluster.address))
+    # As on a cluster of several hosts: the proxy on an address of this machine other hosts
+    # would reach, and the agents in Ray's workers sent there.
+    outward = outward_address()
+    on_cluster = load_config(on_ray(path, cluster.address, proxy_host=outward))
     assert runner_main.start(local, run_id="local").end_mark == "finished"
     assert runner_main.start(on_cluster, run_id="ray").end_mark == "finished"
     with Ledger(local.run.ledger) as lg:
@@ -82,6 +85,10 @@ def test_a_suite_on_ray_ends_as_on_the_local_executor(tmp_path: Path, cluster: R
     assert by_ray == by_local == SEED2
     rows = end_rows(Path(on_cluster.run.ledger), "ray")
     assert len(rows) == 5  # one model-side attempt each, as locally
+    with Ledger(on_cluster.run.ledger) as lg:
+        requests = lg.query("SELECT COUNT(*) FROM requests WHERE attempt_id LIKE 'ray-%'")[0][0]
+    assert requests >= 5  # every agent reached the proxy at the outward address
+    assert not outward.startswith("127.")
     for row in rows.values():
         worker = row["detail"]["worker"]  # only a Ray task reports where it ran
         assert worker["pid"] != os.getpid() and worker["node_id"]

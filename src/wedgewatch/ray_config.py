@@ -27,3 +27,8 @@ class RayConfig(BaseModel):
     """Attempts of one instance whose worker died (`interrupted`/`worker_lost`) in one execution
     before the run stops, aborted and resumable: a cluster that keeps losing workers is the
     cluster's problem, and an instance must not loop on it."""
+    proxy_host: str = "127.0.0.1"
+    """The interface the run's proxy binds when attempts run on Ray, and the host in the URL each
+    attempt's agent is given. Loopback (the default) serves workers on this machine only; on a
+    cluster of several hosts, an address of this machine that every worker node reaches. The
+    proxy has no authentication: open it only on a network the cluster alone uses."""

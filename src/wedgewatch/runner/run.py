@@ -335,7 +335,7 @@ async def execute(
 
                     get_agent(eff.agent.name, eff.agent)
                     await executor.start()
-                    await stack.start_proxy()
+                    await stack.start_proxy(executors.proxy_host(eff))
                     ctx.proxy_url = stack.proxy_url
                     await stack.start()
                     await _workers(ctx, todo, runner.is_lost)

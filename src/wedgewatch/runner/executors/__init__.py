@@ -37,6 +37,12 @@ def check(cfg: Config) -> None:
             ) from None
 
 
+def proxy_host(cfg: Config) -> str:
+    """The interface the run's proxy binds: loopback, unless attempts run on Ray and
+    ``run.ray.proxy_host`` names an address worker nodes reach."""
+    return cfg.run.ray.proxy_host if cfg.run.executor == "ray" else "127.0.0.1"
+
+
 def get_executor(cfg: Config) -> Executor:
     """The executor ``run.executor`` names, configured from ``cfg``, not yet started."""
     check(cfg)
@@ -46,4 +52,4 @@ def get_executor(cfg: Config) -> Executor:
     return executor
 
 
-__all__ = ["REGISTRY", "check", "get_executor"]
+__all__ = ["REGISTRY", "check", "get_executor", "proxy_host"]

@@ -10,8 +10,10 @@ ends, and ``ray.init`` in the loop's thread would replace the run's SIGTERM hand
 from __future__ import annotations
 
 import concurrent.futures
+import ipaddress
 import logging
 import os
+import socket
 from typing import Any
 
 from wedgewatch.errors import ExecutorError
@@ -36,6 +38,17 @@ AUTH_HINT = (
     " (a cluster with token authentication needs RAY_AUTH_MODE=token and its token, in "
     "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token, in the runner's environment)"
 )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except OSError:
+        return False  # unresolvable: the proxy will say so when it binds
 
 
 class _Quiet(logging.Filter):
@@ -92,9 +105,6 @@ class Cluster:
                 num_cpus=s.local_cpus,
                 num_gpus=0,
                 object_store_memory=s.object_store_mb * MIB,
-                # Advertise loopback: the local Ray is this machine's alone (docs/scale-out.md
-                # says what Ray itself binds).
-                _node_ip_address="127.0.0.1",
             )
         else:
             kwargs["address"] = s.address
@@ -116,6 +126,22 @@ class Cluster:
             logging.getLogger("ray._private.worker").removeFilter(quiet)
         self.opened = True
         log.info("attempts run on %s (%s)", self.describe(), ray.cluster_resources())
+        self._check_reach(ray)
+
+    def _check_reach(self, ray: Any) -> None:
+        """Say so when worker nodes on other hosts are given a proxy on loopback: every attempt
+        they ran would fail to connect, an api_error after another."""
+        if not _is_loopback(self.settings.proxy_host):
+            return
+        here = ray.util.get_node_ip_address()
+        others = sorted({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} - {here})
+        if others:
+            log.warning(
+                "run.ray.proxy_host is %s, which nodes %s cannot reach: set it to an address of "
+                "this machine they reach (docs/scale-out.md)",
+                self.settings.proxy_host,
+                ", ".join(others),
+            )
 
     def close(self) -> None:
         """Stop the local Ray (every process it started) or leave the cluster (blocking)."""
