@@ -35,7 +35,7 @@ def test_the_core_wheel_alone_runs_the_simulator_and_the_proxy(tmp_path: Path) -
         capture_output=True,
     )
     # Core only: none of the extras' packages came along.
-    for heavy in ("numpy", "scipy", "matplotlib", "minisweagent", "xllamacpp", "datasets"):
+    for heavy in ("numpy", "scipy", "matplotlib", "minisweagent", "xllamacpp", "datasets", "ray"):
         probe = subprocess.run([py, "-c", f"import {heavy}"], capture_output=True)
         assert probe.returncode != 0, f"{heavy} is installed by the core wheel"
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
