@@ -31,7 +31,7 @@ from wedgewatch.config import load_config
 from wedgewatch.ledger import Ledger
 from wedgewatch.runner import main as runner_main
 from wedgewatch.runner.context import RunContext
-from wedgewatch.testing import eventually
+from wedgewatch.testing import eventually, eventually_async
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("ray")]
 
@@ -141,9 +141,60 @@ def test_a_killed_worker_ends_its_attempt_worker_lost_and_the_instance_is_attemp
     assert budget[0]["n_infra"] == 0  # a lost worker uses none of the instance's budget
 
 
-def _command_agent_config(tmp_path: Path, marker: str) -> Path:
+def test_a_restart_cancels_the_tasks_it_abandons_and_their_commands_die_on_the_worker(
+    tmp_path: Path, cluster: RayCluster
+) -> None:
+    """A server restart ends the attempts in flight (``server_restarted``) while their tasks still
+    run on the cluster: each task is cancelled and its commands killed, and the run goes on."""
+    marker = f"wedgewatch-ray-abandoned-{uuid.uuid4().hex}"
+    cfg = load_config(on_ray(_command_agent_config(tmp_path, marker, per_attempt=True), cluster.address))
+    seen: dict[str, Any] = {}
+
+    def running(attempt_id: str) -> bool:
+        return bool(_processes_with(f"{marker}-{attempt_id}"))
+
+    def on_context(ctx: RunContext) -> None:
+        main = asyncio.current_task()
+        assert main is not None
+
+        async def restart_then_stop() -> None:
+            try:
+                await eventually_async(
+                    lambda: len(ctx.inflight) == 2 and all(running(a) for a in ctx.inflight), 120, 0.1
+                )
+                first = seen["first"] = sorted(ctx.inflight)
+                await ctx.server.members[0].restart("test")  # type: ignore[attr-defined]
+                # Their agents would sleep 300 s more: only the cancelled tasks can have killed them.
+                await eventually_async(
+                    lambda: not any(running(a) for a in first), 20, 0.1, "abandoned commands killed"
+                )
+                seen["then"] = await eventually_async(
+                    lambda: [a for a in ctx.inflight if a not in first and running(a)],
+                    120,
+                    0.1,
+                    "new attempts",
+                )
+            finally:
+                main.cancel()  # as Ctrl-C: the run stops, whatever the checks found
+
+        seen["task"] = asyncio.get_running_loop().create_task(restart_then_stop())
+
+    with pytest.raises(KeyboardInterrupt):
+        runner_main.start(cfg, run_id="stop", on_context=on_context)
+    assert seen["task"].exception() is None
+    rows = end_rows(tmp_path / "c.sqlite", "stop")
+    assert {a: (rows[a]["status"], rows[a]["reason"]) for a in seen["first"]} == dict.fromkeys(
+        seen["first"], ("api_error", "server_restarted")
+    )
+    assert all((rows[a]["status"], rows[a]["reason"]) == ("interrupted", "run_stopped") for a in seen["then"])
+    eventually(lambda: not _processes_with(marker), 15, what="no agent command left running")
+
+
+def _command_agent_config(tmp_path: Path, marker: str, per_attempt: bool = False) -> Path:
     """Two instances whose agent is a command that would sleep 300 s in the background: only the
-    run's stop can end them."""
+    run's stop can end them. ``per_attempt``: each attempt's command carries its attempt id."""
+    if per_attempt:
+        marker += "-{attempt_id}"
     cfg = tmp_path / "c.toml"
     cfg.write_text(
         f"""
