@@ -54,11 +54,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
             c.stop()
 
 
-def on_ray(path: Path, address: str | None = None, proxy_host: str = "127.0.0.1") -> Path:
+def on_ray(path: Path, address: str | None = None, proxy_host: str = "127.0.0.1", more: str = "") -> Path:
     """The config at ``path`` with its attempts on Ray: the cluster at ``address``, or a local Ray
-    the run starts (2 CPUs, a small object store)."""
+    the run starts (2 CPUs, a small object store); ``more``: further ``[run.ray]`` lines."""
     where = f'address = "{address}"\n' if address else "local_cpus = 2\nobject_store_mb = 100\n"
-    path.write_text(path.read_text() + f'executor = "ray"\n[run.ray]\n{where}proxy_host = "{proxy_host}"\n')
+    ray = f'executor = "ray"\n[run.ray]\n{where}proxy_host = "{proxy_host}"\n{more}'
+    path.write_text(path.read_text() + ray)
     return path
 
 
@@ -75,7 +76,9 @@ def test_a_suite_on_ray_ends_as_on_the_local_executor(tmp_path: Path, cluster: R
     # As on a cluster of several hosts: the proxy on an address of this machine other hosts
     # would reach, and the agents in Ray's workers sent there.
     outward = outward_address()
-    on_cluster = load_config(on_ray(path, cluster.address, proxy_host=outward))
+    # Resources declared per attempt, as a real config would (half a CPU, 256 MiB).
+    resources = "num_cpus = 0.5\nmemory_mb = 256\n"
+    on_cluster = load_config(on_ray(path, cluster.address, proxy_host=outward, more=resources))
     assert runner_main.start(local, run_id="local").end_mark == "finished"
     assert runner_main.start(on_cluster, run_id="ray").end_mark == "finished"
     with Ledger(local.run.ledger) as lg:
