@@ -50,6 +50,7 @@ class RayExecutor:
         self._starting: concurrent.futures.Future[None] | None = None
         self._tasks: dict[Ref, concurrent.futures.Future[Any]] = {}  # not finished yet
         self._timers: list[asyncio.TimerHandle] = []
+        self._told: set[Ref] = set()  # cancelled gently already: a second would cut its grace short
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -93,6 +94,7 @@ class RayExecutor:
         self, fut: asyncio.Future[AgentEnding], ref: Ref, landed: concurrent.futures.Future[Any]
     ) -> None:
         self._tasks.pop(ref, None)
+        self._told.discard(ref)
         if fut.done():
             return  # someone ended the attempt first; its late result is not read
         try:
@@ -113,8 +115,10 @@ class RayExecutor:
         self._timers.append(self._loop.call_later(CANCEL_GRACE, self._cancel, ref, True))
 
     def _cancel(self, ref: Ref, force: bool) -> None:
-        if ref not in self._tasks or not self._cluster.opened:
+        if ref not in self._tasks or not self._cluster.opened or (ref in self._told and not force):
             return
+        if not force:
+            self._told.add(ref)
         import ray
 
         try:
