@@ -28,6 +28,7 @@ from ledger_helpers import outcomes
 from ray_helpers import RayCluster, descendants, outward_address, start_cluster, still_running, titled
 from test_runner_sim import IDS, SEED2, _processes_with, write_config
 from wedgewatch.config import load_config
+from wedgewatch.errors import ExecutorError
 from wedgewatch.ledger import Ledger
 from wedgewatch.runner import main as runner_main
 from wedgewatch.runner.context import RunContext
@@ -142,6 +143,38 @@ def test_a_killed_worker_ends_its_attempt_worker_lost_and_the_instance_is_attemp
             "SELECT n_infra FROM instance_outcomes WHERE instance_id = ?", (lost["instance_id"],)
         )
     assert budget[0]["n_infra"] == 0  # a lost worker uses none of the instance's budget
+
+
+def test_an_instance_that_keeps_losing_its_worker_stops_the_run_at_the_limit(
+    tmp_path: Path, cluster: RayCluster
+) -> None:
+    """run.ray.lost_worker_limit: every worker that takes the instance is killed; after 2 losses
+    the run stops, aborted and resumable, rather than loop on the cluster's trouble."""
+    path = write_config(tmp_path, ids=IDS[:1], concurrency=1)
+    cfg = load_config(on_ray(path, cluster.address, more="lost_worker_limit = 2\n"))
+    killed: list[str] = []
+
+    def on_context(ctx: RunContext) -> None:
+        async def kill_every_worker() -> None:
+            while True:
+                for attempt_id in list(ctx.inflight):
+                    pids = titled(f"ray::attempt:{attempt_id}")
+                    if pids and attempt_id not in killed:
+                        os.kill(pids[0], signal.SIGKILL)
+                        killed.append(attempt_id)
+                await asyncio.sleep(0.02)
+
+        asyncio.get_running_loop().create_task(kill_every_worker())
+
+    with pytest.raises(ExecutorError, match="2 attempts lost their worker"):
+        runner_main.start(cfg, run_id="lossy", on_context=on_context)
+    rows = end_rows(tmp_path / "c.sqlite", "lossy")
+    assert sorted(rows) == killed and len(killed) == 2
+    assert {(r["status"], r["reason"]) for r in rows.values()} == {("interrupted", "worker_lost")}
+    with Ledger(cfg.run.ledger) as lg:
+        marks = [r["kind"] for r in lg.query("SELECT kind FROM run_marks WHERE run_id = 'lossy' ORDER BY id")]
+        assert outcomes(lg, "lossy") == {IDS[0]: "pending"}  # not infra_failed: resumable as it was
+    assert marks == ["started", "aborted"]
 
 
 def test_a_restart_cancels_the_tasks_it_abandons_and_their_commands_die_on_the_worker(
