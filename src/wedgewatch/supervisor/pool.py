@@ -19,7 +19,6 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from wedgewatch.errors import ServerDown
 from wedgewatch.events import EventBus
 from wedgewatch.heartbeat import Feed
 from wedgewatch.protocols import LifeInfo, Upstream
@@ -65,22 +64,26 @@ class Pool:
         return info.life_id if info is not None else None
 
     async def wait_ready(self) -> None:
-        """Return once any member has a ready life; raise when every member has given up."""
-        while True:
-            if self._first(self.takes_work) is not None:
-                return
-            failures = [m.failure for m in self.members]
-            if all(f is not None for f in failures):
-                raise failures[0]  # type: ignore[misc]
-            if all(m.stopping for m in self.members):
-                raise ServerDown("the supervisor is stopped")
-            waits = [asyncio.ensure_future(m.wait_ready()) for m in self.members if m.failure is None]
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
-                await asyncio.gather(*waits, return_exceptions=True)
+        """Return once any member's own ``wait_ready`` would (a ready life, no restart decided
+        on, not draining; a wedged one too when ``restart_on_wedge`` is off, as on one server);
+        raise the first member's error when every member has given up or stopped."""
+        if self._first(self.takes_work) is not None:
+            return
+        waits = {asyncio.ensure_future(m.wait_ready()) for m in self.members}
+        errors: list[BaseException] = []
+        try:
+            while waits:
+                done, waits = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    exc = task.exception()
+                    if exc is None:
+                        return
+                    errors.append(exc)
+            raise errors[0]
+        finally:
+            for w in waits:
+                w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def wait_failed(self) -> BaseException:
         """Return once no member can serve any more (each gave up, or the pool is stopped)."""
