@@ -41,8 +41,10 @@ demo: $(STAMP)
 # PYTHONDONTWRITEBYTECODE set in the caller's environment each one compiled pydantic, aiohttp,
 # typer, pytest and wedgewatch from source again, about half of the suite's CPU time. Bytecode goes
 # to the usual, git-ignored __pycache__ directories; sandboxes still write none into a repository.
+# --dist loadgroup: tests marked with one xdist_group (the real llama.cpp, the Ray cluster) run on
+# one worker, so each is started once, not once per worker.
 test: system-tools $(STAMP)
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests
