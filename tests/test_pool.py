@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -163,6 +164,16 @@ def _get(url: str) -> dict[str, Any]:
         return doc
 
 
+def _stop(served: RunningServer) -> None:
+    """SIGTERM, as Ctrl-C would: the serve stops its server's process group (its own session,
+    which a SIGKILL of the serve's group would leave running), then exits."""
+    served.proc.send_signal(signal.SIGTERM)
+    try:
+        served.proc.wait(timeout=60)
+    finally:
+        served.stop()  # whatever is left, should the serve not exit
+
+
 def _serve(tmp_path: Path, name: str, token: str | None) -> RunningServer:
     scenario = tmp_path / f"{name}.scenario.toml"
     scenario.write_text("[policy]\nskill = 1.0\n")
@@ -210,13 +221,15 @@ def test_the_restart_endpoint_refuses_without_the_token_and_restarts_with_it(tmp
         after = doc["restarted"][0]
         assert after["ready"] is True and after["life_id"] not in (None, before[0]["life_id"])
     finally:
-        served.stop()
+        _stop(served)
     with Ledger(tmp_path / "a.sqlite") as lg:
         reasons = [r[0] for r in lg.query("SELECT start_reason FROM server_lives ORDER BY started_at")]
+        unended = lg.query("SELECT life_id FROM server_life_view WHERE ended_at IS NULL")
         logged = (tmp_path / "a.log").read_text() + json.dumps(
             [list(r) for r in lg.query("SELECT * FROM events")]
         )
     assert reasons == ["run_start", "remote_restart"]
+    assert unended == []  # the serve stopped its server when it was stopped
     assert "s3cret-token" not in logged  # the token is in no log and no ledger row
 
 
@@ -226,7 +239,7 @@ def test_without_a_token_the_endpoint_refuses_every_restart(tmp_path: Path) -> N
         status, doc = _post(served.url + "/wedgewatch/restart", "anything")
         assert status == 403 and doc["error"]["code"] == "restart_disabled"
     finally:
-        served.stop()
+        _stop(served)
 
 
 def test_a_pool_member_on_another_host_is_restarted_through_its_endpoint(tmp_path: Path) -> None:
@@ -267,7 +280,7 @@ time_scale = 20.0
         assert r.returncode == 0, r.stderr[-2000:]
         assert json.loads(r.stdout)["outcomes"]["resolved"] == 2
     finally:
-        served.stop()
+        _stop(served)
     with Ledger(tmp_path / "c.sqlite") as lg:
         remote = [r[0] for r in lg.query("SELECT start_reason FROM server_lives ORDER BY started_at")]
     with Ledger(tmp_path / "pool.sqlite") as lg:
