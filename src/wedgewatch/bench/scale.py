@@ -6,7 +6,8 @@ each executor and ledger asked for. Per cell: instances per minute and the runne
 attempt (the same ``Span`` figure ``bench runner`` reports). Each cell runs in a process of its
 own, one after another. Each simulator runs 4 streams at a time at ``--rate`` tokens/s (8: the
 echo agent's 8-token reply takes a second), so one server cannot keep up with the concurrency and
-more servers have something to buy.
+more servers have something to buy. On Ray each attempt declares cores/concurrency CPUs, so
+Ray runs as many attempts at once as the local executor does.
 
 (b) **An idle pool of N members** (``--idle 1,16,64``): N simulators started, readied and warmed,
 then watched for ``--idle-seconds`` with nothing to do; the driver's CPU per second (the
@@ -69,6 +70,11 @@ def run_config(
                 "workdir": str(root / "work"),
                 "evaluate": False,
                 "executor": executor,
+                # Ray schedules by declared CPUs: at the default 1 per attempt a 2-core machine
+                # would run 2 attempts at once, not `concurrency`. The echo agent only waits on
+                # the server, so each declares its share of the machine and Ray runs as many at
+                # once as the local executor's threads.
+                "ray": {"num_cpus": round((os.cpu_count() or 1) / concurrency, 4)},
             },
         }
     )
