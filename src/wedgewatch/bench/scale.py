@@ -15,8 +15,8 @@ supervisors' scrapes, one per member per ``scrape_interval``), the ledger rows p
 write (``metric_samples``), the start-up wall time and the driver's RSS. What 100 servers would
 cost the one driver is read off these, measured, not guessed.
 
-    wedgewatch bench scale [--servers 1,2,4] [--executors local] [--ledgers sqlite] [--instances 48]
-                           [--concurrency 16] [--idle 1,16,64] [--idle-seconds 30] [--json]
+    wedgewatch bench scale [--servers 1,2,4] [--executor local ...] [--ledger sqlite ...]
+                           [--instances 48] [--concurrency 16] [--idle 1,16,64] [--idle-seconds 30]
 """
 
 from __future__ import annotations
