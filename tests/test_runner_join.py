@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,12 @@ IN_FLIGHT = (
     "SELECT a.attempt_id FROM attempts a JOIN runners r ON r.runner_id = a.runner_id "
     "LEFT JOIN attempt_ends e ON e.attempt_id = a.attempt_id WHERE r.role = ? AND e.attempt_id IS NULL"
 )
+# Stamps are this machine's clock, as the runners' are (one host here).
+IN_FLIGHT_AT = (
+    "SELECT a.attempt_id FROM attempts a JOIN runners r ON r.runner_id = a.runner_id "
+    "LEFT JOIN attempt_ends e ON e.attempt_id = a.attempt_id WHERE r.role = ? "
+    "AND (e.attempt_id IS NULL OR e.ended_at >= ?)"
+)
 STARTED = "SELECT 1 FROM attempts a JOIN runners r ON r.runner_id = a.runner_id WHERE r.role = ?"
 
 
@@ -204,9 +211,11 @@ def test_two_runners_share_a_run_and_one_killed_loses_no_row(tmp_path: Path, pg_
     a, b = two_runners(tmp_path, pg_url, "kill")
     try:
         _both_busy(pg_url, "start", (a, b))
+        killed = time.time()
         os.killpg(a.pid, signal.SIGKILL)  # the runner and its agents' commands, at once
         a.wait(10)
-        flight = {r[0] for r in q(pg_url, IN_FLIGHT, "start")}
+        # In flight when A died: no end yet, or an end written since (B reaps within a second).
+        flight = {r[0] for r in q(pg_url, IN_FLIGHT_AT, "start", killed)}
         before = dump(pg_url)
         assert b.wait(180) == 0, (tmp_path / "b.err").read_text()[-2000:]
     finally:
@@ -237,8 +246,9 @@ def test_a_hung_runner_loses_its_work_when_its_lease_runs_out_and_then_stops(
     a, b = two_runners(tmp_path, pg_url, "hang", interval=0.5, timeout=3.0, ids=list(SEED2)[:4])
     try:
         _both_busy(pg_url, "join", (a, b))
+        stopped = time.time()
         os.killpg(b.pid, signal.SIGSTOP)
-        flight = {r[0] for r in q(pg_url, IN_FLIGHT, "join")}
+        flight = {r[0] for r in q(pg_url, IN_FLIGHT_AT, "join", stopped)}
         assert flight, "the stop landed between attempts: nothing in flight to take over"
         b_id = runner_of(pg_url, "join")
         eventually(
