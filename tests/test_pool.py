@@ -215,7 +215,7 @@ def test_the_restart_endpoint_refuses_without_the_token_and_restarts_with_it(tmp
             assert status == 401 and doc["error"]["code"] == "unauthorized"
         assert _get(served.url + "/wedgewatch/servers")["servers"][0]["life_id"] == before[0]["life_id"]
         status, doc = _post(served.url + "/wedgewatch/restart", "s3cret-token", {"member": "nobody"})
-        assert status == 404
+        assert status == 404 and "(members: remote)" in doc["error"]["message"]
         status, doc = _post(served.url + "/wedgewatch/restart", "s3cret-token")
         assert status == 200
         after = doc["restarted"][0]
