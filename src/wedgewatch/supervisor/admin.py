@@ -63,7 +63,7 @@ def routes(pool: Pool, token: str | None) -> list[web.RouteDef]:
         if not targets:
             named = [m.cfg.name for m in pool.members if m.cfg.name is not None]
             # a one-[server] serve has one unnamed member: restart it by sending no member
-            known = ", ".join(named) if named else 'one unnamed server; send {} to restart it'
+            known = ", ".join(named) if named else "one unnamed server; send {} to restart it"
             return _error(404, "unknown_member", f"no member {name!r} (members: {known})")
         await asyncio.gather(*(m.restart(REASON) for m in targets))
         failed = [m for m in targets if m.failure is not None]
