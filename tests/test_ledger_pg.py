@@ -241,3 +241,38 @@ def test_a_bad_ledger_url_is_one_line_and_exit_2(url: str, said: str) -> None:
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().count("\n") == 0 and said in res.stderr, res.stderr
     assert "s3cret" not in res.stderr
+
+
+def test_a_password_in_the_ledger_url_is_in_no_output_and_no_row(tmp_path: Path, pg_url: str) -> None:
+    """The session's PostgreSQL trusts every local login, so any password is accepted: the run
+    works, and the password must reach neither what it prints nor its config snapshot."""
+    url = pg_url.replace("wedgewatch@", "wedgewatch:s3cret-pw@", 1)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f"""
+[server]
+profile = "sim"
+args = ["--policy", "swe"]
+log_dir = "{tmp_path / "logs"}"
+[server.warmup]
+count = 1
+[suite]
+ids = {json.dumps(IDS[:1])}
+[run]
+ledger = "{url}"
+workdir = "{tmp_path / "work"}"
+time_scale = 20.0
+"""
+    )
+    first = cli("run", str(cfg), "--run-id", "pw")
+    assert first.returncode == 0, first.stderr[-2000:]
+    # Resumed with the same file, password and all: the snapshot without it is the same config.
+    again = cli("run", str(cfg), "--resume", "pw", "--ledger", url)
+    assert again.returncode == 0, again.stderr[-2000:]
+    printed = first.stdout + first.stderr + again.stdout + again.stderr
+    assert "s3cret-pw" not in printed and "wedgewatch:***@" in first.stdout
+    with Ledger(pg_url) as lg:
+        [snapshot] = [json.loads(r[0]) for r in lg.query("SELECT config_json FROM runs WHERE run_id = 'pw'")]
+        everything = json.dumps(dump(lg), default=str)
+    assert snapshot["run"]["ledger"] == pg_url  # the URL without its password, usable with PGPASSWORD
+    assert "s3cret-pw" not in everything

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from wedgewatch import redact
 from wedgewatch.errors import ConfigError
 from wedgewatch.ray_config import RayConfig
 from wedgewatch.server_config import Section as _Section
@@ -298,6 +299,9 @@ class Config(_Section):
         if self.watchdog.deadlines == "auto":
             wall = {"ttft_timeout", "stall_timeout"} & self.watchdog.model_fields_set
             data["watchdog"]["deadlines"] = "wall" if wall else "engine"
+        # The snapshot is written into the ledger (and the effective config built from it goes to
+        # Ray's workers): a password in the ledger's URL stays with the one who gave it.
+        data["run"]["ledger"] = redact.stored_url(data["run"]["ledger"])
         return data
 
     def hash(self) -> str:

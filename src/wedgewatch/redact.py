@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 SECRET_KEYS = frozenset({"authorization", "api_key", "api-key", "x-api-key", "openai_api_key"})
 """Keys whose values never reach the ledger, whatever a caller puts in a detail dict."""
@@ -52,3 +53,28 @@ def data(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [data(v) for v in value]
     return value
+
+
+def url(value: str) -> str:
+    """A ledger string as it may be shown: a URL's password masked (``user:***@host``), so a
+    message still says that a password was given and where."""
+    return _without_password(value, ":***@")
+
+
+def stored_url(value: str) -> str:
+    """A ledger string as it may be stored (a config snapshot in the ledger, the config sent to
+    Ray's workers): a URL's password removed, so whoever reads it back connects with their own
+    (``PGPASSWORD``, ``~/.pgpass``); a masked one would be sent as the password."""
+    return _without_password(value, "@")
+
+
+def _without_password(value: str, replacement: str) -> str:
+    if "://" not in value:
+        return value  # a file path
+    try:
+        password = urlsplit(value).password
+    except ValueError:
+        return "<unparsable URL>"
+    if password is None:
+        return value
+    return value.replace(f":{password}@", replacement, 1)

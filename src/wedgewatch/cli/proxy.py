@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from wedgewatch import redact
 from wedgewatch.cli._app import app, serve_forever
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.errors import BadInput, ConfigError
@@ -189,7 +190,8 @@ async def _serve(
     # Rows are written from a worker thread; by default it may keep the GIL for 5 ms at a time,
     # a pause every stream would feel (measured: event-loop lag p99 3-8 ms, 2 ms at 0.5 ms).
     sys.setswitchinterval(0.0005)
-    log.warning("proxy: %s -> %s (records: %s)", url, proxy.upstream.base_url, ledger_path or records)
+    shown = redact.url(str(ledger_path)) if ledger_path else records
+    log.warning("proxy: %s -> %s (records: %s)", url, proxy.upstream.base_url, shown)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

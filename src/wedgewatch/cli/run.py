@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from wedgewatch import redact
 from wedgewatch.cli._app import app
 from wedgewatch.config import Config, RunConfig, load_config
 from wedgewatch.errors import BadInput, WedgewatchError
@@ -100,19 +101,24 @@ def run_cmd(
         def call() -> object:
             return runner_main.start(new_cfg, run_id=rid, show_progress=show)
 
+    shown = redact.url(str(ledger_path))  # a password in its URL is masked in what is printed
     try:
         call()
     except KeyboardInterrupt:
         _print_summary(ledger_path, rid, json_out)
         again = f"--join {rid}" if join is not None else f"--resume {rid}"
-        typer.echo(f"interrupted; go on with: wedgewatch run {again} --ledger {ledger_path}", err=True)
+        typer.echo(
+            f"interrupted; go on with: wedgewatch run {again} --ledger {shown}",
+            err=True,
+        )
         raise SystemExit(130) from None
     except WedgewatchError as exc:
         if not isinstance(exc, BadInput):
             _print_summary(ledger_path, rid, json_out)
             again = f"--join {rid}" if join is not None else f"--resume {rid}"
             typer.echo(
-                f"run {rid} stopped; go on with: wedgewatch run {again} --ledger {ledger_path}", err=True
+                f"run {rid} stopped; go on with: wedgewatch run {again} --ledger {shown}",
+                err=True,
             )
         raise
     _print_summary(ledger_path, rid, json_out)
@@ -129,13 +135,12 @@ def _print_summary(ledger_path: str, run_id: str, as_json: bool) -> None:
         if not queries.run_exists(ledger, run_id):
             return
         s = summarise(ledger, run_id)
-    s["ledger"] = str(ledger_path)
+    shown = redact.url(str(ledger_path))  # whoever runs the commands printed gives their own password
+    s["ledger"] = shown
     if as_json:
         typer.echo(json.dumps(s, indent=2))
         return
     from rich.console import Console
 
     Console(width=max(Console().width, 110)).print(render_table(s))
-    typer.echo(
-        f"ledger: {ledger_path}   export: wedgewatch export {run_id} --ledger {ledger_path} --format results"
-    )
+    typer.echo(f"ledger: {shown}   export: wedgewatch export {run_id} --ledger {shown} --format results")

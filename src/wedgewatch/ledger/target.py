@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlsplit
 
+from wedgewatch import redact
 from wedgewatch.errors import BadInput
 
 PG_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
@@ -21,23 +21,13 @@ def backend_of(target: str) -> str:
     if scheme == "sqlite":
         raise BadInput(f"ledger {target!r}: a SQLite ledger is a plain path, not a sqlite:// URL")
     raise BadInput(
-        f"ledger {_masked(target)!r}: unknown scheme {scheme!r} (a file path for SQLite, or postgresql://...)"
+        f"ledger {redact.url(target)!r}: unknown scheme {scheme!r} (a file path for SQLite, or postgresql://...)"
     )
-
-
-def _masked(target: str) -> str:
-    try:
-        parts = urlsplit(target)
-    except ValueError:
-        return "<unparsable URL>"
-    if parts.password is None:
-        return target
-    return target.replace(f":{parts.password}@", ":***@", 1)
 
 
 def describe(target: str | Path) -> str:
     """The ledger string fit for a message or a log: a URL's password masked."""
-    return _masked(str(target))
+    return redact.url(str(target))
 
 
 def exists(target: str | Path) -> bool:

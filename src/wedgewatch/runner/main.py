@@ -82,7 +82,7 @@ def start(
         check_repositories(cfg, suite)
     with Ledger(cfg.run.ledger) as ledger:
         create_run(ledger, cfg, suite, rid)
-        log.info("run %s: %d instances into %s", rid, len(suite.instances), cfg.run.ledger)
+        log.info("run %s: %d instances into %s", rid, len(suite.instances), describe(cfg.run.ledger))
         return _run(_execute_with_display(ledger, rid, cfg, None, show_progress, make_sandbox, on_context))
 
 
