@@ -94,3 +94,13 @@ PENDING = "pending"
 OUTCOMES = (RESOLVED, UNRESOLVED, EMPTY_PATCH, EARLY_STOP, INFRA_FAILED, PENDING)
 MODEL_OUTCOMES = (RESOLVED, UNRESOLVED, EMPTY_PATCH, EARLY_STOP)
 """Outcomes that are the model's: a score is taken over these, with the rest beside it."""
+
+# --- run states (the last run mark, as `report` shows it) -----------------------------------------
+
+RUN_ENDED = ("finished", "interrupted", "aborted")
+"""Marks an execution of a run ends with (``run_marks.kind``)."""
+RUNNING = "running"
+"""Not a mark: the state `report` gives a run whose last mark ended one runner's execution while
+another runner of it still holds a live lease (several runners on PostgreSQL)."""
+IN_FLIGHT = ("created", "started", "resumed", "joined", RUNNING)
+"""States of a run still at work: its timelines reach "now"."""

@@ -19,7 +19,7 @@ from wedgewatch.analysis.survival import Survival, ci_text, survival
 from wedgewatch.analysis.text import rate_text
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.vocab import MODEL_OUTCOMES
+from wedgewatch.vocab import IN_FLIGHT, MODEL_OUTCOMES
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def _run_context(rd: RunData, label: str) -> dict[str, Any]:
         "run_id": rd.run_id,
         "s": s,
         "started": dt.datetime.fromtimestamp(rd.t0, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "in_flight": s["state"] in ("created", "started", "resumed", "joined"),
+        "in_flight": s["state"] in IN_FLIGHT,
         "score": rate_text(s["resolved_rate_all"]),
         "score_model": rate_text(s["resolved_rate_model"]),
         "plots": {

@@ -12,6 +12,7 @@ from typing import Any
 from wedgewatch.analysis.summary import summarise
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
+from wedgewatch.vocab import IN_FLIGHT
 
 # Generated-token counters of the server profiles, in the order the supervisor watches them; the
 # first one a run has samples of is the one drawn (its flat stretches are wedges).
@@ -112,7 +113,7 @@ def load_run(ledger: Ledger, run_id: str | None = None) -> RunData:
     seen += [lv["t_end"] if lv["t_end"] is not None else lv["t_start"] for lv in lives]
     seen += [q["t"] + q["duration"] for q in requests] + [e["t"] for e in events]
     seen += [m["ts"] - t0 for m in marks] + [max((t for _, t, _ in samples), default=0.0)]
-    if s["state"] in ("created", "started", "resumed", "joined"):
+    if s["state"] in IN_FLIGHT:
         seen.append(min(time.time() - t0, max(seen) + 1.0))  # in flight: running bars reach "now"
     return RunData(
         run_id=rid,

@@ -19,6 +19,8 @@ from wedgewatch.vocab import (
     INTERRUPTED,
     MODEL_OUTCOMES,
     OUTCOMES,
+    RUN_ENDED,
+    RUNNING,
     STALL_KINDS,
 )
 
@@ -63,8 +65,13 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
     restart_seconds = sum((lv["ready_seconds"] or 0.0) for lv in restarts)
     events = queries.events_by_kind(ledger, rid)
     marks = queries.run_marks(ledger, rid)
-    ends = [m for m in marks if m["kind"] in ("finished", "interrupted", "aborted")]
+    ends = [m for m in marks if m["kind"] in RUN_ENDED]
     wall = (ends[-1]["ts"] - run["started_at"]) if ends else None
+    state = marks[-1]["kind"] if marks else "created"
+    alive = queries.live_runners(ledger, rid)
+    if alive and state in ("interrupted", "aborted"):
+        # One runner of several stopped; the run goes on in the others (docs/scale-out.md).
+        state = RUNNING
     return {
         "run_id": rid,
         "suite": run["suite"],
@@ -73,7 +80,8 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
         "attempts_max": queries.budgets(ledger, rid)["attempts_max"],  # raised by --resume --attempts
         "seed": run["seed"],
         "started_at": run["started_at"],
-        "state": marks[-1]["kind"] if marks else "created",
+        "state": state,
+        "runners_alive": alive,
         "wall_seconds": wall,
         "instances": n_all,
         "outcomes": by_outcome,

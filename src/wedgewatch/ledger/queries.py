@@ -86,6 +86,26 @@ def run_marks(ledger: Ledger, run_id: str) -> list[Row]:
     return ledger.query("SELECT * FROM run_marks WHERE run_id = ? ORDER BY id", (run_id,))
 
 
+def live_runners(ledger: Ledger, run_id: str) -> int:
+    """The run's runners with no end whose last beat is within their lease by the ledger's clock.
+    Only leased runners (a shared ledger) are counted: a lease is the one sign of life a reader on
+    any host can judge; runners of a one-writer (SQLite) run beat no lease."""
+    rows = ledger.query(
+        "SELECT r.lease_seconds, (SELECT MAX(b.ts) FROM runner_beats b WHERE b.runner_id = r.runner_id) "
+        "AS last_beat FROM runners r WHERE r.run_id = ? AND r.lease_seconds IS NOT NULL "
+        "AND NOT EXISTS (SELECT 1 FROM runner_ends e WHERE e.runner_id = r.runner_id)",
+        (run_id,),
+    )
+    if not rows:
+        return 0
+    now = ledger.now()
+    return sum(
+        1
+        for r in rows
+        if r["last_beat"] is not None and now - float(r["last_beat"]) <= float(r["lease_seconds"])
+    )
+
+
 def server_lives(ledger: Ledger, run_id: str) -> list[Row]:
     return ledger.query("SELECT * FROM server_life_view WHERE run_id = ? ORDER BY started_at", (run_id,))
 
