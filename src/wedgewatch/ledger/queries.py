@@ -86,24 +86,32 @@ def run_marks(ledger: Ledger, run_id: str) -> list[Row]:
     return ledger.query("SELECT * FROM run_marks WHERE run_id = ? ORDER BY id", (run_id,))
 
 
-def live_runners(ledger: Ledger, run_id: str) -> int:
-    """The run's runners with no end whose last beat is within their lease by the ledger's clock.
-    Only leased runners (a shared ledger) are counted: a lease is the one sign of life a reader on
-    any host can judge; runners of a one-writer (SQLite) run beat no lease."""
-    rows = ledger.query(
-        "SELECT r.lease_seconds, (SELECT MAX(b.ts) FROM runner_beats b WHERE b.runner_id = r.runner_id) "
-        "AS last_beat FROM runners r WHERE r.run_id = ? AND r.lease_seconds IS NOT NULL "
-        "AND NOT EXISTS (SELECT 1 FROM runner_ends e WHERE e.runner_id = r.runner_id)",
+def runners(ledger: Ledger, run_id: str) -> list[Row]:
+    """The run's runners, oldest first, each with its last beat and how it ended (None: no end)."""
+    return ledger.query(
+        "SELECT r.runner_id, r.host, r.pid, r.pid_space, r.pid_start, r.lease_seconds, "
+        "(SELECT MAX(b.ts) FROM runner_beats b WHERE b.runner_id = r.runner_id) AS last_beat, "
+        "(SELECT e.how FROM runner_ends e WHERE e.runner_id = r.runner_id) AS ended "
+        "FROM runners r WHERE r.run_id = ? ORDER BY r.started_at, r.runner_id",
         (run_id,),
     )
-    if not rows:
+
+
+def lease_holds(runner: Row, now: float) -> bool:
+    """Whether a leased runner's last beat is within its lease at ``now`` (the ledger's clock)."""
+    last = runner["last_beat"]
+    return last is not None and now - float(last) <= float(runner["lease_seconds"])
+
+
+def live_runners(ledger: Ledger, run_id: str) -> int:
+    """The run's runners with no end whose lease holds by the ledger's clock. Only leased runners
+    (a shared ledger) are counted: a lease is the one sign of life a reader on any host can judge;
+    runners of a one-writer (SQLite) run beat no lease."""
+    leased = [r for r in runners(ledger, run_id) if r["ended"] is None and r["lease_seconds"] is not None]
+    if not leased:
         return 0
     now = ledger.now()
-    return sum(
-        1
-        for r in rows
-        if r["last_beat"] is not None and now - float(r["last_beat"]) <= float(r["lease_seconds"])
-    )
+    return sum(1 for r in leased if lease_holds(r, now))
 
 
 def server_lives(ledger: Ledger, run_id: str) -> list[Row]:

@@ -105,24 +105,16 @@ def _judge(row: Row, now: float, here: str) -> str | None:
         # A one-writer (SQLite) run last written from elsewhere: no lease tells, and one writer
         # at a time is the rule there, so whoever opens it now is in charge.
         return "no lease, and its pid is not visible from here"
-    lease = row["lease_seconds"]
-    if lease is not None:
+    if row["lease_seconds"] is not None and not queries.lease_holds(row, now):
         last = row["last_beat"]
-        if last is None or now - float(last) > float(lease):
-            age = "no beat" if last is None else f"last beat {now - float(last):.1f}s ago"
-            return f"its lease ran out ({age}, lease {float(lease):g}s)"
+        age = "no beat" if last is None else f"last beat {now - float(last):.1f}s ago"
+        return f"its lease ran out ({age}, lease {float(row['lease_seconds']):g}s)"
     return None
 
 
 def runners_of(ledger: Ledger, run_id: str) -> list[RunnerState]:
     """The run's runners, oldest first, each judged alive or dead now."""
-    rows = ledger.query(
-        "SELECT r.runner_id, r.host, r.pid, r.pid_space, r.pid_start, r.lease_seconds, "
-        "(SELECT MAX(b.ts) FROM runner_beats b WHERE b.runner_id = r.runner_id) AS last_beat, "
-        "(SELECT e.how FROM runner_ends e WHERE e.runner_id = r.runner_id) AS ended "
-        "FROM runners r WHERE r.run_id = ? ORDER BY r.started_at, r.runner_id",
-        (run_id,),
-    )
+    rows = queries.runners(ledger, run_id)
     if not rows:
         return []
     now, here = ledger.now(), pid_space()
