@@ -103,6 +103,31 @@ def test_configs_map_factors_onto_fields_and_read_back(
     assert script[-1].startswith(f"wedgewatch plan --analyse {' '.join(plan['run_order'])}")
 
 
+def test_a_password_in_the_bases_ledger_url_is_in_no_file_and_no_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = tmp_path / "base.toml"
+    base.write_text(
+        '[run]\nledger = "postgresql://ww:s3cr3t-pw@127.0.0.1:5499/ww"\n'
+        '[server]\nprofile = "sim"\nscenario = "seed-used-server"\n'
+    )
+    for fmt in ([], ["--json"]):
+        out_dir = tmp_path / f"d{len(fmt)}"
+        with pytest.raises(SystemExit) as ex:
+            main(["plan", "--factors", "fresh", "--base", str(base), "--out", str(out_dir), *fmt])
+        assert ex.value.code == 0
+        printed = capsys.readouterr()
+        files = {p.name: p.read_text() for p in out_dir.iterdir()}
+        assert set(files) >= {"design.json", "run.sh", "plan-c1.toml", "plan-c2.toml"}
+        for where, text in [("stdout", printed.out), ("stderr", printed.err), *files.items()]:
+            assert "s3cr3t-pw" not in text, where
+        assert "PGPASSWORD" in printed.out  # the note says where the password goes instead
+        # The cells still name the ledger (user and host), so run.sh runs them with PGPASSWORD set.
+        cell = load_config(out_dir / "plan-c1.toml")
+        assert cell.run.ledger == "postgresql://ww@127.0.0.1:5499/ww"
+        assert "--ledger postgresql://ww@127.0.0.1:5499/ww" in files["run.sh"]
+
+
 def test_custom_factor_and_fraction_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["plan", "--fraction", "--factors", "fresh,warmup,flags,concurrency",

@@ -16,6 +16,7 @@ from wedgewatch.analysis.plan.tomlout import dumps
 from wedgewatch.analysis.text import table
 from wedgewatch.config import Config, load_config, validate
 from wedgewatch.errors import BadInput
+from wedgewatch.redact import stored_url
 
 # Without --base: the simulator playing the story's model and server (seed-used-server: the
 # hypothesis that age and cold start matter more than the two flags), 100x faster than real.
@@ -55,19 +56,22 @@ def make_plan(
         if not any(suite.get(k) for k in ("ids", "slice", "regex")):
             suite["slice"] = f"0:{n}"
         run_id = f"{name}-c{c + 1:0{width}d}"
-        config = validate(cfg, f"--factors/--base (cell {run_id})")
-        cells.append(
-            {
-                "cell": c + 1,
-                "run_id": run_id,
-                "coded": row,
-                "levels": levels,
-                "config": config.model_dump(mode="json", exclude_defaults=True),
-            }
+        dumped = validate(cfg, f"--factors/--base (cell {run_id})").model_dump(
+            mode="json", exclude_defaults=True
         )
+        if "ledger" in dumped.get("run", {}):
+            # The cells' TOMLs, design.json, run.sh and --json are files and output anyone may be
+            # shown: a password in the base's ledger URL stays in the base (see the note below).
+            dumped["run"]["ledger"] = stored_url(dumped["run"]["ledger"])
+        cells.append({"cell": c + 1, "run_id": run_id, "coded": row, "levels": levels, "config": dumped})
     base_model = Config.model_validate(base_cfg)
     profile = base_model.server.profile
     notes = [d.note] if d.note else []
+    if stored_url(base_model.run.ledger) != base_model.run.ledger:
+        notes.append(
+            "the password in the ledger URL of --base is left out of the plan's configs and files: "
+            "give it as PGPASSWORD (or in ~/.pgpass) when the runs start"
+        )
     if base_model.suite.path is None and base_model.suite.dataset is None:
         from wedgewatch.suites import load_bundled
 
