@@ -27,7 +27,7 @@ pytestmark = pytest.mark.xdist_group("llamacpp")
 
 SERVED = "gemma-sup"
 HELLO = [{"role": "user", "content": "Write hello world."}]
-# ttft_timeout is short too: the proxy's timer sits at the ttft deadline until it first fires.
+# ttft_timeout is short as well, so a freeze that lands before the first token is caught as soon.
 WATCHDOG = WatchdogConfig(ttft_timeout=8, stall_timeout=3, min_rate=0, total_timeout=120)
 
 

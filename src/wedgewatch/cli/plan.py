@@ -19,7 +19,7 @@ def plan_cmd(
         list[str] | None,
         typer.Option(
             "--factors",
-            help="Factors, comma-separated or repeated: fresh, warmup, flags, concurrency, "
+            help="Factors, comma-separated or repeated: fresh, warmup, flags, concurrency, lora, "
             "prefix_caching, eager; NAME=A/B sets the two levels; section.field=A/B makes any "
             "config field a factor (default: fresh,warmup,flags,concurrency).",
         ),
