@@ -4,6 +4,8 @@ container engine; what a backend started is looked for in the host's process tab
 
 from __future__ import annotations
 
+import os
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +18,7 @@ from sandbox_helpers import gone, host_pids_with, make, settings
 from wedgewatch.protocols import Sandbox
 from wedgewatch.sandbox.output import HALF
 from wedgewatch.suites import load_bundled
+from wedgewatch.suites.git import run_git
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -98,6 +101,34 @@ def test_the_patch_is_extracted(new_box: Callable[..., Sandbox]) -> None:
     assert "diff --git a/extra/new.py b/extra/new.py" in patch and "+x = 1" in patch
     # The repository's own index is left alone: the new file is still untracked.
     assert "?? extra/" in box.run("git status --porcelain", timeout=30).output
+
+
+@pytest.mark.parametrize("kind", ["local", "bwrap"])  # a container's index is the image's: old
+def test_a_same_size_edit_in_the_second_of_the_checkout_is_in_the_patch(kind: str, tmp_path: Path) -> None:
+    """git trusts an index entry whose file kept its size, inode and times (whole seconds), unless
+    the index file is as new as the entry ("racily clean"): then it reads the file. A model that
+    edits in the second of the sandbox's checkout must not lose its patch to a diff taken later
+    through an index copy that looks newer (seen: a correct fix scored `empty_patch`)."""
+    for _ in range(20):
+        box = make(kind, INSTANCE, tmp_path / "boxes", settings(kind))
+        readme = box.path / "README.md"
+        with readme.open("r+b") as fh:  # in place: same inode, same size
+            first = fh.read(1)
+            fh.seek(0)
+            fh.write(b"Y" if first == b"X" else b"X")
+        entry = run_git(box.path, "ls-files", "--debug", "README.md")
+        found = re.search(r"ctime: (\d+):\d+\s+mtime: (\d+):", entry)
+        assert found, entry
+        st = os.stat(readme)
+        if (int(st.st_ctime), int(st.st_mtime)) == (int(found.group(1)), int(found.group(2))):
+            break  # the edit landed in the checkout's second: the racy case
+        box.close()
+    else:
+        pytest.fail("no edit landed in the second of its checkout in 20 tries")
+    time.sleep(max(0.0, int(found.group(1)) + 1.05 - time.time()))  # the diff comes a second later
+    patch = box.diff()
+    box.close()
+    assert "diff --git a/README.md b/README.md" in patch
 
 
 def test_a_closed_container_is_removed(tmp_path: Path, testbed_images: Callable[[int], str]) -> None:

@@ -194,7 +194,8 @@ class ContainerSandbox(LocalSandbox):
         files included, through a scratch index so the repository's own is left alone."""
         base = shlex.quote(self.base_commit or "HEAD")
         script = (
-            "export GIT_INDEX_FILE=$(mktemp); cp .git/index $GIT_INDEX_FILE 2>/dev/null; "
+            # cp -p: the copy keeps the index's mtime, which git's racy-clean check needs (local.py).
+            "export GIT_INDEX_FILE=$(mktemp); cp -p .git/index $GIT_INDEX_FILE 2>/dev/null; "
             "git add -A >/dev/null && "
             f"git -c core.fileMode=false diff --cached --binary --no-color --no-ext-diff {base}; "
             "rc=$?; rm -f $GIT_INDEX_FILE; exit $rc"

@@ -231,8 +231,11 @@ class LocalSandbox:
         real = self.path / ".git" / "index"
         try:
             # Starting from a copy of the real index keeps git's stat cache: no re-hashing every file.
+            # copy2 keeps the index's mtime, which git's stat cache needs: an entry as new as the
+            # index file is "racily clean" and its file is read. A copy that looked newer made git
+            # trust a same-size edit made in the second of the checkout, and the patch came out empty.
             if real.is_file():
-                shutil.copyfile(real, index)
+                shutil.copy2(real, index)
             else:
                 run_git(self.path, "read-tree", self.base_commit, env=env)
             run_git(self.path, "add", "-A", env=env)
