@@ -112,7 +112,9 @@ def test_by_tokens_gives_the_config_line(tmp_path: Path, capsys: pytest.CaptureF
         capsys, "r1", "r2", "--ledger", str(tmp_path / "l.sqlite"), "--by", "tokens", "--risk", "0.25"
     )
     assert "server lives until a wedge by age in tokens: 12 lives, 7 failed" in text
-    assert "By 9000 tokens, 25% of lives had wedged (95% CI" in text
+    # By hand: S = 11/12 after 4000, x 10/11 after 6000 (0.833), x 8/9 after 9000 (0.741 < 0.75).
+    assert "By 9000 tokens, 25.9% of lives had wedged, 16.7% before it: the first age at which the" in text
+    assert "passes 25%; 95% CI" in text
     assert "recycle_every_tokens = 9000" in text
 
 

@@ -236,7 +236,7 @@ def render_text(sv: Survival) -> str:
     lines = [
         f"survival of server lives by age in {sv.axis}: {n} lives, {sv.n_failed} failed "
         f"({'/'.join(sv.failure_reasons)}), "
-        f"{n - sv.n_failed} censored" + (f" (endings: {reasons})" if reasons else ""),
+        f"{n - sv.n_failed} censored" + (f"; endings: {reasons}" if reasons else ""),
     ]
     if sv.not_ready:
         lines.append(
