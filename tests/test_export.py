@@ -71,6 +71,9 @@ def test_results_export_has_every_instance_and_attempt(tmp_path: Path) -> None:
     assert recs["retried"]["outcome"] == "resolved" and recs["retried"]["api_error"] is True
     assert recs["early"]["early_stop"] is True and recs["early"]["resolved"] is False
     assert recs["pend"]["outcome"] == "pending" and recs["pend"]["has_model_outcome"] is False
+    # No model outcome, no verdict: null, so an average of the column is the model's score.
+    assert recs["pend"]["resolved"] is None and recs["infra"]["resolved"] is None
+    assert recs["unres"]["resolved"] is False and recs["res"]["resolved"] is True
     assert recs["res"]["attempts"][0]["server_age_at_start"] == {"seconds": 1.5, "requests": 3, "tokens": 100}
     assert recs["res"]["attempts"][0]["duration"] == pytest.approx(1.0)
 
@@ -104,6 +107,8 @@ def test_csv_export(tmp_path: Path) -> None:
     assert [r["instance_id"] for r in rows] == IDS
     infra = rows[IDS.index("infra")]
     assert infra["outcome"] == "infra_failed" and infra["api_error"] == "1"
+    assert (infra["resolved"], infra["has_model_outcome"]) == ("", "0")
+    assert [rows[IDS.index(i)]["resolved"] for i in ("res", "unres")] == ["1", "0"]
     assert infra["statuses"] == "api_error:stall_ttft api_error:connection"
     assert float(infra["infra_seconds"]) == pytest.approx(12.0)
 

@@ -24,6 +24,7 @@ CSV_FIELDS = (
     "instance_id",
     "outcome",
     "resolved",
+    "has_model_outcome",
     "api_error",
     "early_stop",
     "n_attempts",
@@ -98,11 +99,14 @@ def results(ledger: Ledger, run_id: str) -> Iterator[dict[str, Any]]:
         by_instance[a["instance_id"]].append(_attempt_record(a))
     for o in queries.instance_outcomes(ledger, run_id):
         attempts = by_instance.get(o["instance_id"], [])
+        scored = o["outcome"] in MODEL_OUTCOMES
         yield {
             "instance_id": o["instance_id"],
             "outcome": o["outcome"],
-            "resolved": o["outcome"] == "resolved",
-            "has_model_outcome": o["outcome"] in MODEL_OUTCOMES,
+            # null, not false, without a model outcome: averaging the column must not fold the
+            # infrastructure's failures (or work not done yet) into the model's score.
+            "resolved": (o["outcome"] == "resolved") if scored else None,
+            "has_model_outcome": scored,
             "api_error": any(a["status"] == "api_error" for a in attempts),
             "early_stop": o["outcome"] == "early_stop",
             "final_status": o["final_status"],
@@ -118,7 +122,8 @@ def _csv_rows(ledger: Ledger, run_id: str) -> Iterator[dict[str, Any]]:
         yield {
             "instance_id": rec["instance_id"],
             "outcome": rec["outcome"],
-            "resolved": int(rec["resolved"]),
+            "resolved": "" if rec["resolved"] is None else int(rec["resolved"]),  # empty: no model outcome
+            "has_model_outcome": int(rec["has_model_outcome"]),
             "api_error": int(rec["api_error"]),
             "early_stop": int(rec["early_stop"]),
             "n_attempts": rec["n_attempts"],
