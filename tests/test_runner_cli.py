@@ -55,6 +55,24 @@ def test_check_and_bad_field_exit_2_naming_file_and_field(tmp_path: Path) -> Non
     assert _cli("config").returncode == 2  # exactly one of the three
 
 
+def test_a_bad_field_only_the_servers_profile_can_judge_is_exit_2_before_any_row(tmp_path: Path) -> None:
+    # A misspelt scenario used to pass --check, then fail every simulator start, restart after
+    # restart, minutes into a run whose row was already written.
+    ledger = tmp_path / "l.sqlite"
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[server]\nprofile = "sim"\nscenario = "wedge-al"\n[run]\nledger = "{ledger}"\n')
+    for args in (["config", "--check", str(bad)], ["run", str(bad)]):
+        proc = _cli(*args)
+        assert proc.returncode == 2, proc.stderr
+        assert f"{bad}: server.scenario: wedge-al: no such file or bundled scenario" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert not ledger.exists()
+    arg_set = tmp_path / "arg_set.toml"
+    arg_set.write_text('[server]\nprofile = "sim"\narg_sets = ["turbo"]\n')
+    proc = _cli("config", "--check", str(arg_set))
+    assert proc.returncode == 2 and f"{arg_set}: server.arg_sets" in proc.stderr
+
+
 def test_run_needs_a_config_or_resume(tmp_path: Path) -> None:
     proc = _cli("run")
     assert proc.returncode == 2 and "CONFIG" in proc.stderr

@@ -44,4 +44,8 @@ def config_cmd(
     else:
         assert check is not None
         cfg = load_config(check)
+        from wedgewatch.supervisor import profiles
+
+        for member in cfg.members():
+            profiles.check(member, str(check))  # what only the server's profile can judge
         typer.echo(f"{check}: ok (config hash {cfg.hash()})")

@@ -99,7 +99,7 @@ def run_cmd(
         new_cfg = cfg
 
         def call() -> object:
-            return runner_main.start(new_cfg, run_id=rid, show_progress=show)
+            return runner_main.start(new_cfg, run_id=rid, show_progress=show, source=str(config))
 
     shown = redact.url(str(ledger_path))  # a password in its URL is masked in what is printed
     try:

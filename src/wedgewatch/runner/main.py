@@ -69,13 +69,16 @@ def start(
     show_progress: bool = False,
     make_sandbox: SandboxFactory | None = None,
     on_context: Callable[[RunContext], None] | None = None,
+    source: str = "config",
 ) -> Execution:
-    """Load the suite (any error before a row is written), create the run, execute it."""
+    """Load the suite (any error before a row is written), create the run, execute it.
+    ``source`` names the config in error messages (its file)."""
     rid = check_run_id(run_id) if run_id else new_run_id()
-    from wedgewatch.supervisor.profiles import check_requested_model
+    from wedgewatch.supervisor import profiles
 
     for member in cfg.members():
-        check_requested_model(member, cfg.agent.model)
+        profiles.check(member, source)  # before any row: a bad field here is exit 2, not a failed run
+        profiles.check_requested_model(member, cfg.agent.model)
     executors.check(cfg)
     suite = load_suite(cfg.suite)
     if make_sandbox is None:

@@ -240,6 +240,15 @@ def check(cfg: ServerConfig, source: str = "config") -> Profile:
         raise ConfigError(source, "server.url", "the external profile needs the server's URL")
     if cfg.launcher == "xllamacpp" and profile.name != "llamacpp":
         raise ConfigError(source, "server.launcher", "xllamacpp is a launcher of the llamacpp profile")
+    if profile.name == "sim" and not cfg.launcher:
+        # Read here, not first by each simulator life: a misspelt scenario otherwise failed every
+        # start, restart after restart with backoff, minutes into a run that had already begun.
+        from wedgewatch.sim.scenario import load_scenario
+
+        try:
+            load_scenario(cfg.scenario)
+        except ConfigError as exc:
+            raise ConfigError(source, "server.scenario", str(exc)) from None
     return profile
 
 
