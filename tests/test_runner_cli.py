@@ -9,6 +9,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from ledger_helpers import add_attempt, make_run
 from wedgewatch.config import Config
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import LifeInfo
@@ -71,6 +72,26 @@ def test_a_bad_field_only_the_servers_profile_can_judge_is_exit_2_before_any_row
     arg_set.write_text('[server]\nprofile = "sim"\narg_sets = ["turbo"]\n')
     proc = _cli("config", "--check", str(arg_set))
     assert proc.returncode == 2 and f"{arg_set}: server.arg_sets" in proc.stderr
+
+
+def test_an_output_path_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path) -> None:
+    # A path under a plain file cannot be created, even by root (a read-only directory can).
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[run]\nledger = "{blocker}/l.sqlite"\n')
+    proc = _cli("run", str(cfg))
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"wedgewatch: error: {blocker}/l.sqlite: cannot open the ledger: ")
+    ledger = tmp_path / "l.sqlite"
+    with Ledger(ledger) as lg:
+        make_run(lg, "r1", ["i1"])
+        add_attempt(lg, "r1", "i1", 1, "submitted", patch="diff --git a/x b/x\n", resolved=1)
+    out = blocker / "r.html"
+    proc = _cli("report", "r1", "--ledger", str(ledger), "--html", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"wedgewatch: error: --html: {out}: ")
 
 
 def test_run_needs_a_config_or_resume(tmp_path: Path) -> None:

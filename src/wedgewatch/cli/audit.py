@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from wedgewatch.cli._app import app
+from wedgewatch.errors import BadInput
 
 
 @app.command("audit")
@@ -56,5 +57,8 @@ def audit_cmd(
     result = audit(results, ledger, suite, harness_run)
     if rerun_out is not None:
         lines = rerun_lines(result["infra_failed"], rerun_format or result["rerun_format"])
-        rerun_out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        try:
+            rerun_out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        except OSError as exc:
+            raise BadInput(f"--rerun-out: {rerun_out}: {exc.strerror or exc}") from None
     typer.echo(json.dumps(result, indent=2) if json_out else render_text(result))

@@ -52,7 +52,10 @@ def lives_cmd(
         uri = curve([(", ".join(runs), sv)])
         if uri is None:
             raise BadInput(f"--plot: no server life of {', '.join(runs)} became ready: nothing to draw")
-        plot.write_bytes(base64.b64decode(uri.split(",", 1)[1]))
+        try:
+            plot.write_bytes(base64.b64decode(uri.split(",", 1)[1]))
+        except OSError as exc:
+            raise BadInput(f"--plot: {plot}: {exc.strerror or exc}") from None
     if json_out:
         out = {"runs": runs, "survival": sv.as_dict(), "recycling": iv, "sentence": lives.sentence(sv, iv)}
         typer.echo(json.dumps(out, indent=2))

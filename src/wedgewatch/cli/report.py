@@ -50,7 +50,10 @@ def report_cmd(
 
             if html.is_dir():
                 raise BadInput(f"--html: {html} is a directory")
-            write_html(lg, html, [s["run_id"]])
+            try:
+                write_html(lg, html, [s["run_id"]])
+            except OSError as exc:
+                raise BadInput(f"--html: {html}: {exc.strerror or exc}") from None
             typer.echo(f"html report: {html}", err=True)
     if json_out:
         typer.echo(json.dumps({**s, "survival": sv.as_dict()} if sv is not None else s, indent=2))

@@ -26,12 +26,17 @@ class SqliteLedger(Ledger):
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            self._conn.execute("PRAGMA journal_mode=WAL")  # the first touch of the file
+        except (OSError, sqlite3.OperationalError) as exc:
+            # A path that cannot be written (a read-only or missing directory): the user's input.
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise BadInput(f"{self.path}: cannot open the ledger: {reason}") from None
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode=WAL")
         # NORMAL in WAL mode is durable against a process crash (SIGKILL), which is what resume needs.
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA foreign_keys=OFF")
