@@ -92,7 +92,7 @@ def test_filters_ids_regex_slice(tmp_path: Path) -> None:
 
 
 def test_missing_file_is_a_suite_error(tmp_path: Path) -> None:
-    with pytest.raises(SuiteError, match=r"nope\.jsonl"):
+    with pytest.raises(SuiteError, match=r"^suite\.path: .*nope\.jsonl: no such file$"):
         load_suite(SuiteConfig(path=str(tmp_path / "nope.jsonl")))
 
 

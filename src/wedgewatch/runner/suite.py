@@ -207,6 +207,8 @@ def load_suite(cfg: SuiteConfig, base_dir: Path | None = None) -> Suite:
         p = Path(cfg.path)
         if base_dir is not None and not p.is_absolute():
             p = base_dir / p
+        if not p.exists():
+            raise SuiteError(f"suite.path: {p}: no such file")  # the setting, not only the file
         source, instances = str(p), load_file(p)
     elif cfg.dataset:
         source, instances = f"{cfg.dataset}[{cfg.split}]", load_dataset(cfg.dataset, cfg.split)
