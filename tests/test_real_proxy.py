@@ -73,6 +73,22 @@ async def test_assembled_answer_equals_the_servers_own(llama: RunningServer, tmp
     assert row["completion_tokens"] == 32
 
 
+async def test_an_answer_sent_back_as_history_is_accepted_at_the_next_turn(
+    llama: RunningServer, tmp_path: Path
+) -> None:
+    # The agent loop's own pattern: the SDK's message object appended to the history. llama.cpp
+    # refuses a reasoning_content that is not a string; the proxy once added a null one.
+    async with Proxy(llama.url, WATCHDOG, records_path=tmp_path / "req.jsonl") as proxy:
+        via = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        messages: list[Any] = list(HELLO)
+        for _ in range(2):
+            res = await via.chat.completions.create(
+                model=ALIAS, messages=messages, max_tokens=8, temperature=0
+            )
+            messages += [res.choices[0].message, {"role": "user", "content": "Again, shorter."}]
+    assert [r["outcome"] for r in records(tmp_path / "req.jsonl")] == ["ok", "ok"]
+
+
 async def test_client_disconnect_through_the_proxy_stops_generation(
     llama: RunningServer, tmp_path: Path
 ) -> None:

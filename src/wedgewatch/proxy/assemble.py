@@ -3,8 +3,14 @@
 The proxy always streams upstream (so it can watch tokens); a client that did not ask for a stream
 gets what the upstream would have answered without one: ``chat.completion`` or ``text_completion``
 with the text, reasoning and tool calls (arguments concatenated per index) of each choice, its
-finish reason, logprobs, and the usage from the final chunk. The shape follows vLLM's own
-non-streaming answer (``tool_calls`` is a list, ``reasoning_content`` is present, possibly null).
+finish reason, logprobs, and the usage from the final chunk.
+
+A message holds what the stream carried and nothing more: reasoning under the key the server
+used, tool calls when there were some (or the server sent the key), no ``null`` placeholders.
+vLLM's own non-streaming answer has ``"reasoning_content": null`` and ``"tool_calls": []``, but
+llama.cpp's has neither and rejects a ``reasoning_content`` that is not a string: an agent that
+sends the answer back as the next turn's history (the SDK's ``messages.append(message)``) got a
+500 from llama.cpp at its second turn through the proxy.
 """
 
 from __future__ import annotations
@@ -19,12 +25,24 @@ _TOP_SKIP = frozenset({"id", "object", "created", "model", "choices", "usage"})
 
 
 class _Choice:
-    __slots__ = ("content", "extra", "finish_reason", "logprobs", "reasoning", "role", "tools")
+    __slots__ = (
+        "content",
+        "extra",
+        "finish_reason",
+        "logprobs",
+        "reasoning",
+        "reasoning_key",
+        "role",
+        "tool_key",
+        "tools",
+    )
 
     def __init__(self) -> None:
         # None until the key is seen at all (a completion of zero tokens still has text "").
         self.content: list[str] | None = None
         self.reasoning: list[str] | None = None
+        self.reasoning_key: str | None = None  # "reasoning_content" or "reasoning", as the server names it
+        self.tool_key = False  # the server's deltas carried "tool_calls"
         self.role = "assistant"
         self.tools: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
@@ -101,6 +119,8 @@ class Assembler:
             r = delta.get(key)
             if isinstance(r, str):
                 choice.reasoning = _add(choice.reasoning, r)
+                choice.reasoning_key = key
+        choice.tool_key = choice.tool_key or "tool_calls" in delta
         for call in delta.get("tool_calls") or ():
             if not isinstance(call, dict):
                 continue
@@ -142,9 +162,11 @@ class Assembler:
                 "role": c.role,
                 # vLLM answers null, not "", when a reply is only tool calls.
                 "content": None if calls and not content else content,
-                "reasoning_content": "".join(c.reasoning or ()) or None,
-                "tool_calls": calls,
             }
+            if c.reasoning_key is not None:
+                message[c.reasoning_key] = "".join(c.reasoning or ())
+            if calls or c.tool_key:
+                message["tool_calls"] = calls
             body = {"index": index, "message": message}
         body["logprobs"] = c.logprobs
         body["finish_reason"] = c.finish_reason
