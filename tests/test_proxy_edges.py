@@ -5,6 +5,7 @@ ignores ``stream: true``, a stream cut without ``[DONE]``; and what the proxy se
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -77,6 +78,23 @@ async def test_the_upstream_is_asked_to_stream_with_usage_and_gets_the_key(setup
     assert body["stream_options"] == {"continuous_usage_stats": False, "include_usage": True}
     assert headers["Authorization"] == f"Bearer {KEY}"
     assert headers["Accept-Encoding"] == "identity"
+
+
+async def test_a_gzip_request_body_goes_upstream_decoded_and_says_so(setup: Factory) -> None:
+    proxy, up, ledger, _ = await setup()
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "CRLF"}]}).encode()
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.url + "/v1/chat/completions", data=gzip.compress(body), headers=headers) as r:
+            assert r.status == 200, await r.text()
+            answer = await r.json()
+        passed = gzip.compress(json.dumps({"input": "x"}).encode())
+        async with s.post(proxy.url + "/v1/responses", data=passed, headers=headers) as r:  # unwatched
+            assert r.status == 200 and (await r.text()).count("output_text.delta") == 4
+    assert answer["choices"][0]["message"]["content"] == "Hello there"
+    sent, got = up.seen[0]
+    assert "Content-Encoding" not in sent and got["messages"][0]["content"] == "CRLF"
+    assert [o for o, _ in _outcomes(ledger)] == ["ok"]
 
 
 async def test_crlf_framing_and_pretty_json_are_read_and_passed_on(setup: Factory) -> None:

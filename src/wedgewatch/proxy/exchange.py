@@ -171,7 +171,8 @@ class Exchange:
             return await self._fail(CONNECTION, 502, "upstream_error", msg)
 
     async def _open(self, payload: bytes) -> aiohttp.ClientResponse:
-        headers = forward_headers(self.request.headers, drop=("accept-encoding",))
+        # content-encoding: aiohttp decodes a compressed request body on read, so what goes on is plain.
+        headers = forward_headers(self.request.headers, drop=("accept-encoding", "content-encoding"))
         headers["Accept-Encoding"] = "identity"  # SSE must not be buffered by a compressor
         headers["Content-Type"] = "application/json"
         url = (

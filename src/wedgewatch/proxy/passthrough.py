@@ -37,7 +37,8 @@ async def passthrough(
             request.method,
             url,
             data=data,
-            headers=forward_headers(request.headers),
+            # aiohttp decoded a compressed request body on read: it goes on plain.
+            headers=forward_headers(request.headers, drop=("content-encoding",)),
             timeout=aiohttp.ClientTimeout(total=deadline),
             auto_decompress=False,
             allow_redirects=False,
