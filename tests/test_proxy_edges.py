@@ -20,7 +20,7 @@ from wedgewatch.config import WatchdogConfig
 from wedgewatch.events import Event, EventBus, UpstreamFailed
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
-from wedgewatch.testing import ScriptedUpstream
+from wedgewatch.testing import ScriptedUpstream, eventually_async
 
 KEY = "sk-edge-SECRET"
 
@@ -125,6 +125,23 @@ async def test_an_error_inside_the_stream_is_an_upstream_error(setup: Factory) -
     assert info.value.body["code"] == "upstream_http_500"  # type: ignore[index]
     assert [o for o, _ in _outcomes(ledger)] == ["upstream_http_500"] * 2
     assert [e.outcome for e in events if isinstance(e, UpstreamFailed)] == ["upstream_http_500"] * 2
+
+
+async def test_an_error_the_client_hangs_up_on_is_still_the_upstreams_error(setup: Factory) -> None:
+    # The SDK raises on the error line and closes at once, before the stream's end reaches the
+    # proxy: the row is the upstream's error, not the client's disconnect.
+    proxy, _, ledger, _ = await setup()
+    client = _client(proxy)
+    for _ in range(3):
+        with pytest.raises(openai.APIError, match="engine died"):
+            stream = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "ERROR_LATE"}], stream=True
+            )
+            async with stream:
+                async for _ in stream:
+                    pass
+    await eventually_async(lambda: len(_outcomes(ledger)) == 3, timeout=10)
+    assert [o for o, _ in _outcomes(ledger)] == ["upstream_http_500"] * 3
 
 
 async def test_a_stream_cut_before_done_is_a_connection_failure(setup: Factory) -> None:

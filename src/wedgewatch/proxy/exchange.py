@@ -26,7 +26,7 @@ from wedgewatch.proxy.body import rewrite
 from wedgewatch.proxy.context import Context
 from wedgewatch.proxy.ending import Ending
 from wedgewatch.proxy.http import REQUEST_ID_HEADER, error_object, error_response, forward_headers
-from wedgewatch.proxy.progress import error_code
+from wedgewatch.proxy.progress import error_outcome
 from wedgewatch.proxy.relay import Relay, decode
 from wedgewatch.proxy.upstream import post
 from wedgewatch.proxy.watch import Stall, Watch
@@ -129,7 +129,7 @@ class Exchange:
             # aiohttp cancels the handler when the client disconnects: abort upstream at once.
             self._abort_upstream()
             if not self._ended:
-                self._record(OK if self.relay.done else CLIENT_DISCONNECT, None, {})
+                self._record(*self._left())
             raise
         finally:
             self._ended = True
@@ -307,12 +307,18 @@ class Exchange:
             pass
         return self.out
 
+    def _left(self) -> tuple[str, int | None, dict[str, Any]]:
+        """The row of a request whose client hung up: the upstream's in-stream error if one came
+        (the SDK raises on that line and closes at once, often before the stream's end reaches
+        us), else ok when the answer was whole, else client_disconnect."""
+        if self.relay.error is not None:
+            outcome, _, message = error_outcome(self.relay.error)
+            return outcome, 200, {"error": message}
+        return (OK if self.relay.done else CLIENT_DISCONNECT), None, {}
+
     async def _in_stream_error(self) -> web.StreamResponse:
         err = self.relay.error or {}
-        code = error_code(err)
-        outcome = CLIENT_ERROR if code < 500 else upstream_http(code)
-        inner = err.get("error")
-        message = inner.get("message") if isinstance(inner, dict) else None
+        outcome, code, message = error_outcome(err)
         if self.out is not None:
             # Already forwarded as the stream's last data line; the SDK raises on it.
             await self._end(outcome, 200, {"error": message})
@@ -352,7 +358,7 @@ class Exchange:
 
     async def _client_gone(self) -> web.StreamResponse:
         self._abort_upstream()
-        await self._end(OK if self.relay.done else CLIENT_DISCONNECT, None, {})
+        await self._end(*self._left())
         return self.out or web.Response(status=499)
 
     async def _end(self, outcome: str, status: int | None, detail: dict[str, Any]) -> None:

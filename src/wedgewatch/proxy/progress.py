@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from wedgewatch.vocab import CLIENT_ERROR, upstream_http
+
 # Keys whose non-empty string value is generated text. "reasoning" is vLLM >= 0.10's new name.
 _TEXT_KEYS = (b'"content":"', b'"reasoning_content":"', b'"reasoning":"', b'"text":"')
 _FINISH = b'"finish_reason":"'
@@ -91,3 +93,11 @@ def error_code(obj: Any) -> int:
             if isinstance(v, str) and v.isdigit() and 400 <= int(v) <= 599:
                 return int(v)
     return 500
+
+
+def error_outcome(obj: Any) -> tuple[str, int, str | None]:
+    """An in-stream error object as a row: its outcome (the client's under 500), code and message."""
+    code = error_code(obj)
+    err = obj.get("error") if isinstance(obj, dict) else None
+    message = err.get("message") if isinstance(err, dict) else None
+    return (CLIENT_ERROR if code < 500 else upstream_http(code)), code, message

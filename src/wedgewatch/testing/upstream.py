@@ -74,7 +74,7 @@ class ScriptedUpstream:
             await resp.write(_sse(_chunk({"content": ""}, "stop"), sep="\r\n", pretty=True))
             await resp.write(_sse({"id": "c-1", "choices": [], "usage": {"completion_tokens": 2}}, "\r\n"))
             await resp.write(_sse("[DONE]", sep="\r\n"))
-        elif word == "ERROR":
+        elif word in ("ERROR", "ERROR_LATE"):
             await resp.write(_sse(_chunk({"content": "Hi"})))
             err = {
                 "error": {
@@ -85,7 +85,10 @@ class ScriptedUpstream:
                 }
             }
             await resp.write(_sse(err))
-            await resp.write(_sse("[DONE]"))
+            if word == "ERROR_LATE":  # the stream ends a little after its error, without [DONE]
+                await asyncio.sleep(0.2)
+            else:
+                await resp.write(_sse("[DONE]"))
         elif word == "STALL":  # one token, then silence with the connection open
             await resp.write(_sse(_chunk({"content": "Hi"})))
             try:
