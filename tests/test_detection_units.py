@@ -154,6 +154,16 @@ def test_standalone_scraper_reads_any_server_and_stops_once_per_still_stretch() 
     assert s.observe(None, 9.5) is not None  # /metrics silent: the stretch goes on
     assert s.observe(None, 12.0) is None and len(stops) == 1
     assert s.observe(r(13.0, 3.0, 0.2), 13.0) is None  # moving again
+    # Frozen just after a request arrived: the last reading had no work, /metrics never answers
+    # again. With the proxy's requests in flight that is the still stretch, from that reading.
+    in_flight = [False]
+    s = Scraper("http://127.0.0.1:1/metrics", feed, 1.0, busy=lambda: in_flight[0])
+    assert s.observe(r(20.0, 5.0, 0.3, running=0), 20.0) is None
+    assert s.observe(None, 21.0) is None  # silent but idle: nothing to judge
+    in_flight[0] = True
+    assert s.observe(None, 27.9) is None  # 7.9 s since the reading: inside the window
+    assert s.observe(None, 28.0) == {"source": "proxy", "flat_seconds": 8.0, "window": 8.0}
+    assert s.observe(None, 29.0) is None and len(stops) == 2  # once per still stretch
 
 
 def test_bench_percentiles_and_the_longest_still_stretch() -> None:

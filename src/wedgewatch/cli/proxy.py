@@ -176,6 +176,8 @@ async def _serve(
     proxy = Proxy(
         upstream, watchdog, ledger=ledger, records_path=records, feed=scraper.feed if scraper else None
     )
+    if scraper is not None:
+        scraper.busy = lambda: proxy.in_flight() > 0
     try:
         url = await proxy.start(host, port)
     except OSError as exc:

@@ -137,13 +137,25 @@ def read_any(samples: promtext.Samples, at: float) -> Reading:
 class Scraper:
     """``wedgewatch proxy --metrics-url``: scrapes every ``interval`` seconds into ``feed`` and
     gives the engine-stopped verdict itself: work present, nothing moved (or /metrics silent)
-    for ``feed.window`` seconds. One verdict per still stretch."""
+    for ``feed.window`` seconds. One verdict per still stretch.
 
-    def __init__(self, url: str, feed: Feed, interval: float, clock: Callable[[], float] = time.monotonic):
+    ``busy`` says whether the proxy has requests in flight: a server frozen between two scrapes,
+    just after a request arrived, leaves a last reading without work, and its /metrics then
+    never answers again; the proxy's own requests are the work that reading missed."""
+
+    def __init__(
+        self,
+        url: str,
+        feed: Feed,
+        interval: float,
+        clock: Callable[[], float] = time.monotonic,
+        busy: Callable[[], bool] = lambda: False,
+    ):
         self.url = url
         self.feed = feed
         self.interval = interval
         self.clock = clock
+        self.busy = busy
         self._last: Reading | None = None
         self._still_since: float | None = None
         self._fired = False
@@ -172,6 +184,12 @@ class Scraper:
             still = r.at - self._still_since
         elif self._last is not None and self._last.has_work() and self._still_since is not None:
             still = now - self._still_since  # /metrics silent: the still stretch goes on
+        elif self._last is not None and self.busy():
+            # Silent since a reading without work, with requests in flight: the engine has not
+            # been heard from since that reading, the earliest it can have stopped.
+            if self._still_since is None:
+                self._still_since, self._fired = self._last.at, False
+            still = now - self._still_since
         else:
             return None
         if still < self.feed.window or self._fired:
