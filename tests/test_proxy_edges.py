@@ -97,6 +97,21 @@ async def test_a_gzip_request_body_goes_upstream_decoded_and_says_so(setup: Fact
     assert [o for o, _ in _outcomes(ledger)] == ["ok"]
 
 
+async def test_the_servers_own_headers_reach_the_client_streaming_or_not(setup: Factory) -> None:
+    proxy, _, _, _ = await setup()
+    body = {"model": "m", "messages": [{"role": "user", "content": "CRLF"}]}
+    async with aiohttp.ClientSession() as s:
+        for stream in (True, False):
+            async with s.post(proxy.url + "/v1/chat/completions", json={**body, "stream": stream}) as r:
+                await r.read()
+                assert r.status == 200
+                assert r.headers["Access-Control-Allow-Origin"] == "*", stream
+                assert r.headers["X-Request-Id"] == "upstream-7", stream
+                assert r.headers["x-wedgewatch-request-id"], stream  # the proxy's own, beside them
+                want = "text/event-stream" if stream else "application/json"
+                assert r.headers["Content-Type"].startswith(want), stream
+
+
 async def test_crlf_framing_and_pretty_json_are_read_and_passed_on(setup: Factory) -> None:
     proxy, _, ledger, _ = await setup()
     stream = await _client(proxy).chat.completions.create(

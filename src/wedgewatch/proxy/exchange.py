@@ -71,7 +71,7 @@ class Exchange:
         self.out: web.StreamResponse | None = None  # set once the client's stream has begun
         self._held: list[bytes] = []  # frames before the first token: sent with it, or never
         self._tail: list[bytes] = []  # frames from [DONE] on: sent with the end, after the row
-        self._ctype = "text/event-stream"
+        self._up: dict[str, str] = {"Content-Type": "text/event-stream"}  # the server's headers, passed on
         self._fetch: asyncio.Future[aiohttp.ClientResponse] | None = None
         self._resp: aiohttp.ClientResponse | None = None
         self._timer: Timer | None = None
@@ -225,7 +225,8 @@ class Exchange:
         relay = self.relay
         if not self.client_stream:
             relay.asm = Assembler(self.kind)
-        self._ctype = resp.headers.get("Content-Type", self._ctype)
+        # The server's own headers go on to the client (CORS, its request id, X-Accel-Buffering).
+        self._up = dict(forward_headers(resp.headers, drop=("content-encoding",)))
         eof = False
         while not eof:
             try:
@@ -275,8 +276,8 @@ class Exchange:
         return await self._ok()
 
     async def _begin(self) -> web.StreamResponse:
-        out = web.StreamResponse(status=200)
-        out.headers["Content-Type"] = self._ctype
+        out = web.StreamResponse(status=200, headers=self._up)
+        out.headers.setdefault("Content-Type", "text/event-stream")
         out.headers["Cache-Control"] = "no-cache"
         out.headers[REQUEST_ID_HEADER] = self.request_id
         await out.prepare(self.request)
@@ -289,10 +290,11 @@ class Exchange:
         if self.relay.asm is not None:
             answer = self.relay.asm.answer()
             await self._end(OK, 200, finish)
+            headers = {k: v for k, v in self._up.items() if k.lower() != "content-type"}
             return web.Response(
                 body=json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode(),
                 content_type="application/json",
-                headers={REQUEST_ID_HEADER: self.request_id},
+                headers={**headers, REQUEST_ID_HEADER: self.request_id},
             )
         try:
             if self.out is None:  # an answer without a single token

@@ -65,7 +65,9 @@ class ScriptedUpstream:
                 "usage": {"completion_tokens": 2},
             }
             return web.json_response(answer)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        # Headers a browser client and a tracer need from the server, passed on by the proxy.
+        own = {"Access-Control-Allow-Origin": "*", "X-Request-Id": "upstream-7"}
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", **own})
         await resp.prepare(request)
         await resp.write(_sse(_chunk({"role": "assistant", "content": ""})))
         if word == "CRLF":
