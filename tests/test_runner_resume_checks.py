@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from ledger_helpers import add_attempt, make_run
 from wedgewatch.config import Config
 from wedgewatch.ledger import Ledger
@@ -87,3 +89,29 @@ def test_prepare_marks_in_flight_attempts_and_stops_orphaned_servers(tmp_path: P
             os.kill(orphan.pid, 9)
             orphan.wait()
     assert json.dumps(found)  # the resumed mark's detail is JSON
+
+
+def test_an_attempt_found_on_resume_ends_when_its_run_was_last_heard_from(tmp_path: Path) -> None:
+    # Killed an hour ago, resumed now: the hour of downtime is not time the attempt spent (it was
+    # counted as time lost to the infrastructure, larger than the run's own wall clock).
+    t0 = time.time() - 3600
+    with Ledger(tmp_path / "l.sqlite") as lg:
+        make_run(lg, "r", ["a"])
+        lg.append(
+            "server_lives",
+            {"life_id": "L1", "run_id": "r", "profile": "sim", "base_url": "http://x",
+             "start_reason": "run_start", "started_at": t0},
+        )  # fmt: skip
+        lg.append(
+            "attempts",
+            {"attempt_id": "r-a-1", "run_id": "r", "instance_id": "a", "attempt_no": 1, "started_at": t0 + 1,
+             "life_id": "L1", "agent": "test", "age_seconds": 0, "age_requests": 0, "age_tokens": 0},
+        )  # fmt: skip
+        for ts in (t0 + 2, t0 + 40):  # the supervisor's scrapes, the last one just before the kill
+            lg.append("metric_samples", {"ts": ts, "life_id": "L1", "name": "x", "value": 1.0})
+        assert resume.mark_interrupted(lg, "r") == ["r-a-1"]
+        [end] = lg.query("SELECT ended_at, detail_json FROM attempt_ends")
+        [dur] = lg.query("SELECT duration FROM attempt_view WHERE attempt_id = 'r-a-1'")
+    assert end["ended_at"] == pytest.approx(t0 + 40)
+    assert dur["duration"] == pytest.approx(39.0)
+    assert json.loads(end["detail_json"])["found_at"] >= t0 + 3600

@@ -64,6 +64,32 @@ def in_flight(ledger: Ledger, run_id: str) -> list[Row]:
     )
 
 
+def last_seen(ledger: Ledger, run_id: str, runner_id: str | None = None) -> float | None:
+    """The last moment the run's writers were heard from: the runner's last lease beat when it
+    beat one, else the latest row of the run (a metric sample of one of its lives, which the
+    supervisor writes every scrape, a request's end, an event, an attempt's end). What a resume
+    takes as the end of the attempts it finds in flight: the time after is the process's
+    downtime, not time the attempt spent."""
+    if runner_id is not None:
+        beat = ledger.query("SELECT MAX(ts) FROM runner_beats WHERE runner_id = ?", (runner_id,))[0][0]
+        if beat is not None:
+            return float(beat)
+    seen = [
+        ledger.query(sql, (run_id,))[0][0]
+        for sql in (
+            "SELECT MAX(m.ts) FROM metric_samples m JOIN server_lives l ON l.life_id = m.life_id "
+            "WHERE l.run_id = ?",
+            "SELECT MAX(q.started_at + q.duration) FROM requests q JOIN attempts a "
+            "ON a.attempt_id = q.attempt_id WHERE a.run_id = ?",
+            "SELECT MAX(ts) FROM events WHERE run_id = ?",
+            "SELECT MAX(e.ended_at) FROM attempt_ends e JOIN attempts a ON a.attempt_id = e.attempt_id "
+            "WHERE a.run_id = ?",
+        )
+    ]
+    present = [float(v) for v in seen if v is not None]
+    return max(present) if present else None
+
+
 def run_instances(ledger: Ledger, run_id: str) -> list[Row]:
     return ledger.query("SELECT * FROM run_instances WHERE run_id = ? ORDER BY position", (run_id,))
 

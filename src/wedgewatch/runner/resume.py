@@ -85,14 +85,19 @@ def mark_interrupted(ledger: Ledger, run_id: str) -> list[str]:
     """Give every attempt in flight its end: ``interrupted`` (one at a time: another resume or
     runner ending one of them first is not an error), then its dead runners theirs: ``lost``."""
     ended = []
+    now = time.time()
     for r in queries.in_flight(ledger, run_id):
+        # It ended when its runner was last heard from: the hours a killed run waits for its
+        # resume are not time the attempt (and the infrastructure) spent.
+        seen = queries.last_seen(ledger, run_id, r["runner_id"])
+        end = now if seen is None else min(now, max(float(r["started_at"]), seen))
         row = {
             "attempt_id": r["attempt_id"],
-            "ended_at": time.time(),
+            "ended_at": end,
             "status": INTERRUPTED,
             "reason": FOUND_ON_RESUME,
             "life_id": r["life_id"],
-            "detail_json": {"resumed_by_pid": os.getpid()},
+            "detail_json": {"resumed_by_pid": os.getpid(), "found_at": now},
         }
         if lease.append_once(ledger, "attempt_ends", row):
             ended.append(r["attempt_id"])
