@@ -112,6 +112,17 @@ async def test_the_servers_own_headers_reach_the_client_streaming_or_not(setup: 
                 assert r.headers["Content-Type"].startswith(want), stream
 
 
+async def test_an_event_over_several_data_lines_reaches_the_client_as_one(setup: Factory) -> None:
+    proxy, _, ledger, _ = await setup()
+    stream = await _client(proxy).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "MULTILINE"}], stream=True
+    )
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == "Hello there"
+    (row,) = ledger.query("SELECT * FROM requests")
+    assert row["outcome"] == "ok" and row["tokens_out"] == 2
+
+
 async def test_crlf_framing_and_pretty_json_are_read_and_passed_on(setup: Factory) -> None:
     proxy, _, ledger, _ = await setup()
     stream = await _client(proxy).chat.completions.create(

@@ -62,7 +62,10 @@ class Relay:
             fr = finish_reason(data)
             if fr is not None:
                 self.finish = fr
-            frames.append(b"data: " + data + b"\n\n")
+            if b"\n" in data:  # an event sent as several data: lines goes on as several
+                frames.append(b"".join(b"data: " + line + b"\n" for line in data.split(b"\n")) + b"\n")
+            else:
+                frames.append(b"data: " + data + b"\n\n")
         return frames
 
     def assemble(self, events: list[SSEEvent], now: float) -> None:

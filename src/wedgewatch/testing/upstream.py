@@ -70,7 +70,12 @@ class ScriptedUpstream:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", **own})
         await resp.prepare(request)
         await resp.write(_sse(_chunk({"role": "assistant", "content": ""})))
-        if word == "CRLF":
+        if word == "MULTILINE":  # each event's JSON over several data: lines, as SSE allows
+            for obj in (_chunk({"content": "Hello"}), _chunk({"content": " there"}, "stop")):
+                lines = json.dumps(obj, indent=1).split("\n")
+                await resp.write("".join(f"data: {line}\n" for line in lines).encode() + b"\n")
+            await resp.write(_sse("[DONE]"))
+        elif word == "CRLF":
             for t in ("Hello", " there"):
                 await resp.write(_sse(_chunk({"content": t}), sep="\r\n", pretty=True))
             await resp.write(_sse(_chunk({"content": ""}, "stop"), sep="\r\n", pretty=True))
