@@ -124,6 +124,7 @@ async def test_odd_but_legal_framings_are_read_and_passed_on(setup: Factory, fra
     assert text == "Hello there"
     (row,) = ledger.query("SELECT * FROM requests")
     assert row["outcome"] == "ok" and row["tokens_out"] == 2
+    assert row["completion_tokens"] == (2 if framing == "CRLF" else None)  # only CRLF sends usage
 
 
 async def test_an_error_inside_the_stream_is_an_upstream_error(setup: Factory) -> None:
