@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -313,3 +314,48 @@ def test_the_claim_and_resume_with_a_live_runner(pg_url: str) -> None:
     res = cli("run", "--resume", "r", "--ledger", pg_url, "--json")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["outcomes"]["resolved"] == 1
+
+
+def test_a_runner_paused_as_it_judges_takes_no_live_runner_for_dead(pg_url: str) -> None:
+    """Seen under load: a runner woken from a SIGSTOP ended a healthy runner as lost, judging the
+    beats it had read before the stop against the database's time after it."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a live runner's pid
+    stop = threading.Event()
+    with Ledger(pg_url) as lg:
+        make_run(lg, "r", ["i"])
+        lg.append(
+            "runners",
+            {"runner_id": "other", "run_id": "r", "role": "runner", "host": "h", "pid": other.pid,
+             "pid_space": lease.pid_space(), "pid_start": lease.start_time(other.pid),
+             "started_at": time.time(), "lease_seconds": 1.0, "tool_version": "test"},
+        )  # fmt: skip
+
+        def beat() -> None:  # the other runner's lease, renewed every 0.2 s throughout
+            while not stop.wait(0.2):
+                lg.append("runner_beats", {"runner_id": "other"})
+
+        class Paused:
+            """The judging runner's view of the same ledger: it stops for longer than the lease
+            just after reading the runners' beats, while the other beats on."""
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(lg, name)
+
+            def query(self, sql: str, params: Any = ()) -> Any:
+                rows = lg.query(sql, params)
+                if "runner_beats" in sql:
+                    time.sleep(2.0)
+                return rows
+
+        lg.append("runner_beats", {"runner_id": "other"})
+        beating = threading.Thread(target=beat, daemon=True)
+        beating.start()
+        try:
+            [state] = lease.runners_of(Paused(), "r")  # type: ignore[arg-type]
+            assert state.alive, state.dead
+            assert [s.alive for s in lease.runners_of(lg, "r")] == [True]
+        finally:
+            stop.set()
+            beating.join()
+            other.kill()
+            other.wait()

@@ -133,10 +133,8 @@ def live_runners(ledger: Ledger, run_id: str) -> int:
     """The run's runners with no end whose lease holds by the ledger's clock. Only leased runners
     (a shared ledger) are counted: a lease is the one sign of life a reader on any host can judge;
     runners of a one-writer (SQLite) run beat no lease."""
+    now = ledger.now()  # before the beats, as lease.runners_of reads them
     leased = [r for r in runners(ledger, run_id) if r["ended"] is None and r["lease_seconds"] is not None]
-    if not leased:
-        return 0
-    now = ledger.now()
     return sum(1 for r in leased if lease_holds(r, now))
 
 

@@ -114,10 +114,13 @@ def _judge(row: Row, now: float, here: str) -> str | None:
 
 def runners_of(ledger: Ledger, run_id: str) -> list[RunnerState]:
     """The run's runners, oldest first, each judged alive or dead now."""
+    # "now" is read before the beats: a process paused between the two reads (SIGSTOP, a VM
+    # pause) then judges with beats newer than its "now", never with stale ones against a fresh
+    # one. The other order made a runner woken from a stop end a live runner as lost.
+    now, here = ledger.now(), pid_space()
     rows = queries.runners(ledger, run_id)
     if not rows:
         return []
-    now, here = ledger.now(), pid_space()
     return [
         RunnerState(
             r["runner_id"], r["host"], int(r["pid"]), r["pid_space"] == here, r["ended"], _judge(r, now, here)
