@@ -189,10 +189,18 @@ async def test_an_upstream_that_ignores_stream_true_is_passed_through(setup: Fac
             assert r.status == 200 and (await r.json())["id"] == "x"
         async with s.post(proxy.url + "/v1/chat/completions", data=b"{not json") as r:
             assert r.status == 400 and (await r.json())["error"]["code"] == "invalid_json"
+        # A stream that is no boolean: the server would refuse it, but it never sees the value.
+        async with s.post(proxy.url + "/v1/chat/completions", json={**body, "stream": "yes"}) as r:
+            error = (await r.json())["error"]
+            assert r.status == 400 and error["code"] == "invalid_stream" and '"yes"' in error["message"]
         async with s.post(proxy.url + "/a/bad id/v1/chat/completions", json=body) as r:
             assert r.status == 404
     rows = ledger.query("SELECT outcome, completion_tokens, http_status FROM requests ORDER BY started_at")
-    assert [tuple(r) for r in rows] == [("ok", 2, 200), ("client_error", None, 400)]
+    assert [tuple(r) for r in rows] == [
+        ("ok", 2, 200),
+        ("client_error", None, 400),
+        ("client_error", None, 400),
+    ]
 
 
 async def test_a_server_that_never_sends_headers_is_a_stall_ttft_and_is_hung_up_on(setup: Factory) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,14 +21,30 @@ class Asked:
     want_usage: bool  # the client asked for the usage chunk itself
 
 
-def rewrite(raw: bytes) -> Asked | None:
-    """None when the body is not a JSON object (the client's error, answered 400)."""
+class Refused(NamedTuple):
+    """A body the proxy cannot send on: the client's error, answered 400 with this code."""
+
+    code: str
+    message: str
+
+
+_NOT_OBJECT = Refused("invalid_json", "the request body is not a JSON object")
+
+
+def rewrite(raw: bytes) -> Asked | Refused:
+    """What the client's error is when the body cannot be sent on (answered 400): not a JSON
+    object, or a ``stream`` that is not a boolean. The upstream answers a ``"stream": "yes"``
+    with a 400 of its own, but it never sees the client's value: the proxy streams regardless."""
     try:
         body = json.loads(raw)
     except ValueError:
-        return None
+        return _NOT_OBJECT
     if not isinstance(body, dict):
-        return None
+        return _NOT_OBJECT
+    if body.get("stream") not in (None, True, False):
+        return Refused(
+            "invalid_stream", f"stream must be true or false, not {json.dumps(body['stream'])[:40]}"
+        )
     model = body.get("model")
     client_stream = body.get("stream") is True
     opts = body.get("stream_options")

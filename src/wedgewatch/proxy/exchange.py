@@ -22,7 +22,7 @@ from wedgewatch.clock import Timer
 from wedgewatch.protocols import Upstream
 from wedgewatch.proxy.arrival import Arrival
 from wedgewatch.proxy.assemble import Assembler, Kind
-from wedgewatch.proxy.body import rewrite
+from wedgewatch.proxy.body import Refused, rewrite
 from wedgewatch.proxy.context import Context
 from wedgewatch.proxy.ending import Ending
 from wedgewatch.proxy.http import REQUEST_ID_HEADER, error_object, error_response, forward_headers
@@ -140,11 +140,10 @@ class Exchange:
 
     async def _run(self) -> web.StreamResponse:
         asked = rewrite(await self.request.read())
-        if asked is None:
-            msg = "the request body is not a JSON object"
-            await self._end(CLIENT_ERROR, 400, {"error": msg})
+        if isinstance(asked, Refused):
+            await self._end(CLIENT_ERROR, 400, {"error": asked.message})
             return error_response(
-                400, error_object("invalid_request_error", "invalid_json", msg), self.request_id
+                400, error_object("invalid_request_error", asked.code, asked.message), self.request_id
             )
         self.model, self.client_stream = asked.model, asked.client_stream
         self.relay.want_usage = asked.want_usage
