@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from wedgewatch.clock import Timer
 from wedgewatch.protocols import Upstream
@@ -71,7 +72,7 @@ class Exchange:
         self.out: web.StreamResponse | None = None  # set once the client's stream has begun
         self._held: list[bytes] = []  # frames before the first token: sent with it, or never
         self._tail: list[bytes] = []  # frames from [DONE] on: sent with the end, after the row
-        self._up: dict[str, str] = {"Content-Type": "text/event-stream"}  # the server's headers, passed on
+        self._up: CIMultiDict[str] = CIMultiDict()  # the server's headers, passed on
         self._fetch: asyncio.Future[aiohttp.ClientResponse] | None = None
         self._resp: aiohttp.ClientResponse | None = None
         self._timer: Timer | None = None
@@ -225,7 +226,7 @@ class Exchange:
         if not self.client_stream:
             relay.asm = Assembler(self.kind)
         # The server's own headers go on to the client (CORS, its request id, X-Accel-Buffering).
-        self._up = dict(forward_headers(resp.headers, drop=("content-encoding",)))
+        self._up = forward_headers(resp.headers, drop=("content-encoding",))
         eof = False
         while not eof:
             try:
@@ -289,11 +290,13 @@ class Exchange:
         if self.relay.asm is not None:
             answer = self.relay.asm.answer()
             await self._end(OK, 200, finish)
-            headers = {k: v for k, v in self._up.items() if k.lower() != "content-type"}
+            headers = self._up.copy()
+            headers.popall("Content-Type", None)  # the stream's type: the answer is JSON
+            headers[REQUEST_ID_HEADER] = self.request_id
             return web.Response(
                 body=json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode(),
                 content_type="application/json",
-                headers={**headers, REQUEST_ID_HEADER: self.request_id},
+                headers=headers,
             )
         try:
             if self.out is None:  # an answer without a single token
@@ -309,9 +312,8 @@ class Exchange:
         return self.out
 
     def _left(self) -> tuple[str, int | None, dict[str, Any]]:
-        """The row of a request whose client hung up: the upstream's in-stream error if one came
-        (the SDK raises on that line and closes at once, often before the stream's end reaches
-        us), else ok when the answer was whole, else client_disconnect."""
+        """A hung-up client's row: the upstream's in-stream error if one came (the SDK raises on it
+        and closes at once), else ok when the answer was whole, else client_disconnect."""
         if self.relay.error is not None:
             outcome, _, message = error_outcome(self.relay.error)
             return outcome, 200, {"error": message}

@@ -86,10 +86,13 @@ def mark_interrupted(ledger: Ledger, run_id: str) -> list[str]:
     runner ending one of them first is not an error), then its dead runners theirs: ``lost``."""
     ended = []
     now = time.time()
+    heard: dict[str | None, float | None] = {}  # per runner: several attempts, one question
     for r in queries.in_flight(ledger, run_id):
         # It ended when its runner was last heard from: the hours a killed run waits for its
         # resume are not time the attempt (and the infrastructure) spent.
-        seen = queries.last_seen(ledger, run_id, r["runner_id"])
+        if r["runner_id"] not in heard:
+            heard[r["runner_id"]] = queries.last_seen(ledger, run_id, r["runner_id"])
+        seen = heard[r["runner_id"]]
         end = now if seen is None else min(now, max(float(r["started_at"]), seen))
         row = {
             "attempt_id": r["attempt_id"],
