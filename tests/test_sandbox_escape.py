@@ -80,19 +80,22 @@ def test_a_fork_bomb_stops_at_the_process_limit_and_is_killed_whole(new_box: Cal
     # The peak is counted from inside, by builtins only (a fork would fail at the limit): the
     # sandbox's own PID namespace holds exactly its processes.
     count = "n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; [ $n -gt $peak ] && peak=$n"
-    watch = f"peak=0; end=$((SECONDS + 5)); while [ $SECONDS -lt $end ]; do {count}; done; echo peak=$peak"
-    # The bomb's own complaints go to a file, and only its first line is shown: on the output
-    # they ran on until the group was killed, and under load pushed "peak=" into the part of
-    # the bounded output that is dropped.
-    first = "IFS= read -r first < bomb.err; echo first=$first"
-    res = box.run(f": {mark}; bomb() {{ bomb | bomb & }}; bomb 2>>bomb.err; {watch}; {first}", timeout=60)
-    said = f"timed out: {res.timed_out}, exit {res.exit_code}, output ends: {res.output[-1500:]!r}"
-    assert "Resource temporarily unavailable" in res.output and "peak=" in res.output, said
-    peak = int(res.output.rsplit("peak=", 1)[1].split()[0])
+    watch = f"peak=0; end=$((SECONDS + 5)); while [ $SECONDS -lt $end ]; do {count}; done; echo peak=$peak > peak.out"
+    # What the bomb and the watch saw goes to files in the sandbox, read by a second command once
+    # the bomb is killed, not from the bomb command's own output: that output is the part a full
+    # process table can upset (the bomb's complaints once pushed "peak=" into the dropped middle of
+    # the bounded output; once in about 30 runs under load, podman relayed none of it, exit 254,
+    # after 15 s, as long as the command takes).
+    res = box.run(f": {mark}; bomb() {{ bomb | bomb & }}; bomb 2>>bomb.err; {watch}", timeout=60)
+    saw = box.run("cat peak.out; head -n 1 bomb.err", timeout=30).output
+    said = f"timed out: {res.timed_out}, exit {res.exit_code}, files: {saw[-1500:]!r}"
+    assert not res.timed_out and "Resource temporarily unavailable" in saw and "peak=" in saw, said
+    peak = int(saw.split("peak=", 1)[1].split()[0])
     # It did fork, and stopped near the limit: a glob of /proc is not atomic (pids that exit and
-    # pids just forked can both be listed), so the count runs a little over; without the limit
-    # it would be in the thousands within the five seconds.
-    assert 10 < peak <= 64 + 16, peak
+    # pids just forked can both be listed while the bomb churns), so the count runs over, the
+    # more the slower the glob: up to 87 seen with two bombs at once on a loaded 2-core machine.
+    # Without the limit it would be in the thousands within the five seconds.
+    assert 10 < peak <= 2 * 64, peak
     assert gone(mark, within=60), f"bomb left running: {len(host_pids_with(mark))}"
     assert box.run("echo usable", timeout=30).output.strip() == "usable"
 
