@@ -146,6 +146,29 @@ async def test_an_error_inside_the_stream_is_an_upstream_error(setup: Factory) -
     assert [e.outcome for e in events if isinstance(e, UpstreamFailed)] == ["upstream_http_500"] * 2
 
 
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_error_before_any_token_is_answered_with_its_own_http_status(
+    setup: Factory, stream: bool
+) -> None:
+    # Nothing has gone to a streaming client yet, so it gets what a non-streaming one gets: the
+    # error's own status (a 400 is the client's, as the server said it; a 500 is the proxy's error
+    # object with x-should-retry: false), never a 200 whose stream then fails.
+    proxy, upstream, ledger, _ = await setup()
+    client = _client(proxy)
+    with pytest.raises(openai.BadRequestError, match="refused \\(400\\)") as bad:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "ERROR0_400"}], stream=stream
+        )
+    assert bad.value.status_code == 400
+    with pytest.raises(openai.InternalServerError, match="refused \\(500\\)") as failed:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "ERROR0"}], stream=stream
+        )
+    assert failed.value.status_code == 500 and failed.value.response.headers["x-should-retry"] == "false"
+    assert [o for o, _ in _outcomes(ledger)] == ["client_error", "upstream_http_500"]
+    assert len(upstream.seen) == 2  # one request each: the SDK did not retry
+
+
 async def test_an_error_the_client_hangs_up_on_is_still_the_upstreams_error(setup: Factory) -> None:
     # The SDK raises on the error line and closes at once, before the stream's end reaches the
     # proxy: the row is the upstream's error, not the client's disconnect.

@@ -1,10 +1,10 @@
 """One generation request through the proxy, from the client's body to its row.
 
-The upstream is always asked for a stream. A streaming client gets each SSE event's ``data``
-bytes unchanged, framed afresh (``data: ...\\n\\n``) and written once per upstream read; nothing is
-sent before the first token, so a request that never produces one is always answered with a plain
-HTTP 503. One timer per request sits at the ``Watch``'s earliest deadline; when a deadline passes
-it closes the upstream connection, and the blocked read ends at once.
+The upstream is always asked for a stream. A streaming client gets each SSE event's ``data`` bytes
+unchanged, framed afresh and written once per upstream read; nothing is sent before the first token,
+so a request that fails before one (a stall, an error) gets a plain HTTP status. One timer per
+request sits at the ``Watch``'s earliest deadline, which closes the upstream connection: the
+blocked read ends at once.
 """
 
 from __future__ import annotations
@@ -84,9 +84,8 @@ class Exchange:
         self._timer = self.ctx.clock.call_later(max(0.0, when - self.ctx.clock()), self._on_timer)
 
     def _rearm(self) -> None:
-        """The first token moves the deadline from ``ttft_timeout`` to ``stall_timeout``, which
-        can be earlier; after it, deadlines only move later, so a timer that fires early simply
-        re-arms."""
+        """The first token moves the deadline from ``ttft_timeout`` to ``stall_timeout``, which can
+        be earlier; after it, deadlines only move later: a timer that fires early re-arms."""
         if self._timer is not None:
             self._timer.cancel()
         self._arm(self.watch.deadline()[0])
@@ -175,9 +174,8 @@ class Exchange:
         headers = forward_headers(self.request.headers, drop=("accept-encoding", "content-encoding"))
         headers["Accept-Encoding"] = "identity"  # SSE must not be buffered by a compressor
         headers["Content-Type"] = "application/json"
-        url = (
-            self.base_url + self.path + (f"?{self.request.query_string}" if self.request.query_string else "")
-        )
+        query = f"?{self.request.query_string}" if self.request.query_string else ""
+        url = self.base_url + self.path + query
         self._fetch = asyncio.ensure_future(post(self.ctx.session, url, payload, headers, self.request_id))
         try:
             self._resp = await self._fetch
@@ -254,7 +252,9 @@ class Exchange:
                 self._rearm()
             if self.out is None:
                 self._held += frames
-                if not (self.watch.tokens or relay.done or relay.error is not None):
+                if relay.error is not None and not self.watch.tokens:
+                    break  # nothing sent yet: the error is answered with its own HTTP status
+                if not (self.watch.tokens or relay.done):
                     continue  # a stream cut before any token is answered with a plain 502
                 frames, self._held = self._held, []
             if relay.done:

@@ -2,7 +2,8 @@
 message, for upstream behaviours the simulator does not produce. Words: ``HANG`` (no headers,
 ever), ``DROP`` / ``DROP_ONCE`` (the connection closes unanswered), ``JSON`` (ignores
 ``stream: true``), ``CRLF`` (CRLF framing, pretty-printed JSON), ``ERROR`` (an error object inside
-the stream), ``STALL`` (one token, then silence), ``CUT`` (one token, then the end without ``[DONE]``), ``CUT0`` (a role chunk, then the
+the stream), ``ERROR0`` / ``ERROR0_400`` (a role chunk, then an error object with code 500 / 400, then
+``[DONE]`` 0.1 s later: no token), ``STALL`` (one token, then silence), ``CUT`` (one token, then the end without ``[DONE]``), ``CUT0`` (a role chunk, then the
 end); anything else streams two tokens. ``/v1/responses`` streams an unwatched endpoint; a
 ``GET /v1/slow`` never answers."""
 
@@ -96,6 +97,19 @@ class ScriptedUpstream:
                 await asyncio.sleep(0.2)
             else:
                 await resp.write(_sse("[DONE]"))
+        elif word in ("ERROR0", "ERROR0_400"):  # vLLM's way with an error found once streaming
+            code = 400 if word == "ERROR0_400" else 500
+            err = {
+                "error": {
+                    "object": "error",
+                    "message": f"refused ({code})",
+                    "type": "BadRequestError",
+                    "code": code,
+                }
+            }
+            await resp.write(_sse(err))
+            await asyncio.sleep(0.1)  # [DONE] in a read of its own, as a busy server sends it
+            await resp.write(_sse("[DONE]"))
         elif word == "STALL":  # one token, then silence with the connection open
             await resp.write(_sse(_chunk({"content": "Hi"})))
             try:
