@@ -13,7 +13,7 @@ import pytest
 
 from ledger_helpers import add_attempt, dump, evaluate, make_run, outcomes
 from wedgewatch.analysis.stats import wilson
-from wedgewatch.analysis.summary import summarise
+from wedgewatch.analysis.summary import render_text, summarise
 from wedgewatch.config import Config
 from wedgewatch.ledger import Ledger
 from wedgewatch.runner import export
@@ -215,3 +215,23 @@ def test_import_report_rejects_a_file_that_is_not_a_report(tmp_path: Path) -> No
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 2 and "bad.json: not a SWE-bench run report" in proc.stderr
+
+
+def test_a_run_with_nothing_final_has_no_score(tmp_path: Path) -> None:
+    # The server never came up: every instance is pending. 0/N would read as a model that solved
+    # nothing; the score is n/a, and says why.
+    with Ledger(tmp_path / "l.sqlite") as lg:
+        make_run(lg, "r1", ["a", "b", "c"], attempts_max=2)
+        add_attempt(lg, "r1", "a", 1, "api_error", "connection", duration=1.0)
+        s = summarise(lg, "r1")
+        assert s["outcomes"]["pending"] == 3 and s["resolved_rate_all"]["n"] == 0
+        assert s["resolved_rate_all"]["rate"] is None
+        text = render_text(s)
+    assert "resolved over all instances:      n/a (no instance has a final outcome yet)" in text
+    # One final outcome, even an infrastructure failure, and the pending count as not resolved.
+    with Ledger(tmp_path / "l.sqlite") as lg:
+        add_attempt(lg, "r1", "b", 1, "api_error", "stall_ttft", duration=1.0)
+        add_attempt(lg, "r1", "b", 2, "api_error", "stall_ttft", duration=1.0)
+        s = summarise(lg, "r1")
+    assert s["outcomes"]["infra_failed"] == 1
+    assert (s["resolved_rate_all"]["k"], s["resolved_rate_all"]["n"]) == (0, 3)

@@ -86,7 +86,9 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
         "instances": n_all,
         "outcomes": by_outcome,
         "awaiting_evaluation": awaiting_eval,
-        "resolved_rate_all": rate(by_outcome["resolved"], n_all),
+        # Pending instances count as not resolved, but a run with nothing final yet (its server
+        # never came up, say) has no score: 0/N would read as a model that solved nothing.
+        "resolved_rate_all": rate(by_outcome["resolved"], n_all if n_all > by_outcome["pending"] else 0),
         "resolved_rate_model": rate(by_outcome["resolved"], n_model),
         "attempts": {
             "total": sum(by_status.values()),
@@ -128,9 +130,13 @@ def _members_text(srv: dict[str, Any]) -> str:
     return f"; lives by member: {', '.join(parts)}" if parts else ""
 
 
-def _pct(rate: dict[str, Any]) -> str:
+_NOTHING_FINAL = "no instance has a final outcome yet"
+_NO_MODEL_OUTCOME = "no instance has a model outcome"
+
+
+def _pct(rate: dict[str, Any], none: str) -> str:
     if not rate["n"]:
-        return "n/a (0 instances)"
+        return f"n/a ({none})"
     lo, hi = rate["ci95"]
     return f"{rate['k']}/{rate['n']} = {rate['rate']:.1%}  (95% CI {lo:.1%}–{hi:.1%})"
 
@@ -144,8 +150,8 @@ def render_text(s: dict[str, Any]) -> str:
         f"empty_patch {o['empty_patch']}, early_stop {o['early_stop']}  |  "
         f"infra_failed {o['infra_failed']}, pending {o['pending']}"
         + (f" ({s['awaiting_evaluation']} awaiting evaluation)" if s["awaiting_evaluation"] else ""),
-        f"resolved over all instances:      {_pct(s['resolved_rate_all'])}",
-        f"resolved over model outcomes:     {_pct(s['resolved_rate_model'])}",
+        f"resolved over all instances:      {_pct(s['resolved_rate_all'], _NOTHING_FINAL)}",
+        f"resolved over model outcomes:     {_pct(s['resolved_rate_model'], _NO_MODEL_OUTCOME)}",
         "attempts: "
         + ", ".join(f"{k} {v}" for k, v in s["attempts"]["by_status"].items() if v)
         + f"  (total {s['attempts']['total']}, instances retried {s['attempts']['instances_retried']})",
@@ -192,9 +198,14 @@ def render_table(s: dict[str, Any]) -> Any:
     )
     t.add_row("pending", str(o["pending"]), pend)
     t.add_section()
-    for label, key, note in (
-        ("resolved / all", "resolved_rate_all", "every instance of the suite"),
-        ("resolved / model outcomes", "resolved_rate_model", "infra_failed and pending left out"),
+    for label, key, note, none in (
+        ("resolved / all", "resolved_rate_all", "every instance of the suite", _NOTHING_FINAL),
+        (
+            "resolved / model outcomes",
+            "resolved_rate_model",
+            "infra_failed and pending left out",
+            _NO_MODEL_OUTCOME,
+        ),
     ):
         rate = s[key]
         if rate["n"]:
@@ -203,7 +214,7 @@ def render_table(s: dict[str, Any]) -> Any:
                 label, f"{rate['k']}/{rate['n']} = {rate['rate']:.1%}", f"95% CI {lo:.1%}–{hi:.1%}; {note}"
             )
         else:
-            t.add_row(label, "n/a", note)
+            t.add_row(label, "n/a", f"{none}; {note}")
     t.add_section()
     by = s["attempts"]["by_status"]
     t.add_row("attempts", str(s["attempts"]["total"]), ", ".join(f"{k} {v}" for k, v in by.items() if v))

@@ -44,7 +44,7 @@ def pct(x: float | None, signed: bool = False) -> str:
 def rate_text(r: dict[str, Any]) -> str:
     """``k/n = 60.0% (95% CI 38.7%–78.1%)`` from a ``stats.rate`` dict."""
     if not r["n"]:
-        return "n/a (0 instances)"
+        return "n/a (nothing to count)"
     lo, hi = r["ci95"]
     return f"{r['k']}/{r['n']} = {pct(r['rate'])} (95% CI {pct(lo)}–{pct(hi)})"
 
