@@ -23,6 +23,7 @@ from wedgewatch.events import Event, EventBus, Stalled
 from wedgewatch.ledger import Ledger
 from wedgewatch.supervisor import Supervisor
 from wedgewatch.supervisor.process import group_alive
+from wedgewatch.testing import eventually_async
 
 WINDOW = 1.5
 INTERVAL = 0.25
@@ -405,6 +406,36 @@ async def test_proxy_stall_triggers_a_canary_and_a_failed_canary_is_a_wedge(
         await sup.stop()
     lives = rows(ledger, "SELECT start_reason FROM server_lives ORDER BY started_at")
     assert [x["start_reason"] for x in lives] == ["run_start", "wedge"]
+
+
+async def test_an_api_errors_restart_waits_for_the_canary_in_flight(tmp_path: Path, ledger: Ledger) -> None:
+    # The attempt that failed on a wedged server ends (and is counted) while the canary its stall
+    # started is still waiting: the canary's verdict comes first, so the life is restarted as
+    # wedged and the attempts that failed on it are requeued, not charged to their instances.
+    cfg = config(tmp_path, WEDGE, wedge_window=120, canary_timeout=1.0, restart_after_api_errors=1)
+    sup, rec = await start(cfg, ledger)
+    proxy_bus = EventBus()
+    sup.attach(proxy_bus)
+    try:
+        first = sup.life_id
+        client = asyncio.create_task(stream(sup.base_url, "WEDGE"))
+        await asyncio.sleep(0.5)
+        proxy_bus.publish(
+            Stalled(request_id="r", path="/v1/chat/completions", life_id=first, outcome="stall_midstream")
+        )
+        life = sup.current
+        assert life is not None
+        await eventually_async(lambda: life.probe_task is not None, timeout=5, what="a canary in flight")
+        sup.note_attempt(True, first)
+        _, wedge = await rec.wait_for("wedge", timeout=5)
+        assert wedge.evidence["source"] == "canary"
+        await _next_ready(rec, first)
+        await client
+    finally:
+        await sup.stop()
+    lives = rows(ledger, "SELECT start_reason FROM server_lives ORDER BY started_at")
+    assert [x["start_reason"] for x in lives] == ["run_start", "wedge"]
+    assert "api_errors" not in rec.kinds()
 
 
 HOLD = """

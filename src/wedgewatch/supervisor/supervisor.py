@@ -19,14 +19,7 @@ from wedgewatch import redact
 from wedgewatch.clock import SYSTEM, Clock
 from wedgewatch.config import ServerConfig
 from wedgewatch.errors import PortBusyError, ServerDown, ServerError, ServerStartError, WarmupError
-from wedgewatch.events import (
-    Crashed,
-    Event,
-    EventBus,
-    Restarting,
-    ServerReady,
-    Wedged,
-)
+from wedgewatch.events import Crashed, Event, EventBus, Restarting, ServerReady, Wedged
 from wedgewatch.heartbeat import Feed
 from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import LifeInfo
@@ -181,15 +174,19 @@ class Supervisor:
 
     def note_attempt(self, api_error: bool, life_id: str | None = None) -> None:
         """The runner reports each attempt's end. ``restart_after_api_errors`` consecutive API
-        errors restart the server; errors from an already replaced life do not count."""
+        errors restart the server (after a canary in flight); a replaced life's do not count."""
         call_in_loop(self._loop, self._note_attempt, api_error, life_id)
 
     async def settle(self, life_id: str | None) -> None:
-        """Return once the verdict on ``life_id`` is in: a canary in flight there has answered
-        (and a wedge it found is recorded). The runner asks after an api_error, so that an
-        attempt that failed on a wedged server is requeued, not counted against its instance."""
+        """Return once a canary in flight on ``life_id`` has answered (a wedge it found recorded):
+        asked after an api_error, so an attempt failed by a wedged server is requeued."""
         life = self._life
-        task = life.probe_task if life is not None and life.life_id == life_id else None
+        if life is not None and life.life_id == life_id:
+            await self._verdict(life)
+
+    async def _verdict(self, life: Life) -> None:
+        """Wait (bounded) for a canary in flight on ``life``, whose failure records a wedge."""
+        task = life.probe_task
         if task is not None and not task.done():
             await asyncio.wait({task}, timeout=self.cfg.canary_timeout + 1.0)
 
@@ -299,11 +296,9 @@ class Supervisor:
                 life.restart_due = False
                 self._notify()
                 return
-            detail = {"reason": reason, "life_id": life.life_id}
-            self.rec.event("restart", detail, life)
-            self.bus.publish(
-                Restarting(life_id=life.life_id, reason=reason)
-            )  # before the group dies: the runner marks attempts
+            self.rec.event("restart", {"reason": reason, "life_id": life.life_id}, life)
+            # Published before the group dies: the runner marks the attempts in flight.
+            self.bus.publish(Restarting(life_id=life.life_id, reason=reason))
             self._life = None
             await self._end(life, reason)
             try:
@@ -355,8 +350,7 @@ class Supervisor:
         if life.ended:
             return
         tail = redact.text(log_tail(life.log_path)) if life.log_path else ""
-        detail = {"life_id": life.life_id, "exit_code": code, "log_tail": tail}
-        self.rec.event("crash", detail, life)
+        self.rec.event("crash", {"life_id": life.life_id, "exit_code": code, "log_tail": tail}, life)
         self.bus.publish(Crashed(life_id=life.life_id, exit_code=code, log_tail=tail))
         log.warning("server %s exited with code %s", life.life_id, code)
         if self.cfg.restart_on_crash:
@@ -382,11 +376,18 @@ class Supervisor:
             return
         reason = self.policy.attempt(api_error)
         if reason:
-            self.rec.event(reason, {"consecutive": self.cfg.restart_after_api_errors}, life)
-            # The runner's next attempt asks for a life right after this one ended: it must wait
-            # for the new life, not start on this one and die in the restart a moment later.
+            # The runner's next attempt must wait for the new life, not start on this one and die.
             life.restart_due = True
-            self._bg.spawn(self._restart(reason, life))
+            self._bg.spawn(self._restart_after_verdict(reason, life))
+
+    async def _restart_after_verdict(self, reason: str, life: Life) -> None:
+        """After the canary in flight: a wedge it finds makes the restart, and the attempts that
+        failed there are requeued (killing the life first cancelled it, at time_scale 50)."""
+        await self._verdict(life)
+        if life is not self._life or (life.wedged and self.cfg.restart_on_wedge):
+            return
+        self.rec.event(reason, {"consecutive": self.cfg.restart_after_api_errors}, life)
+        await self._restart(reason, life)
 
     def _note_instance(self) -> None:
         reason = self.policy.instance_done()
