@@ -80,6 +80,24 @@ async def test_the_upstream_is_asked_to_stream_with_usage_and_gets_the_key(setup
     assert headers["Accept-Encoding"] == "identity"
 
 
+async def test_a_generation_without_v1_is_watched_too(setup: Factory) -> None:
+    # llama.cpp answers /chat/completions as well as /v1/chat/completions; a client given the
+    # server's root as its base URL uses the first. It is a generation: watched and recorded.
+    proxy, up, ledger, _ = await setup(stall_timeout=0.5)
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key=KEY, max_retries=0)
+    res = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "CRLF"}])
+    assert res.choices[0].message.content == "Hello there"
+    with pytest.raises(openai.APIError, match="no token for"):
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "STALL"}], stream=True
+        )
+        async for _ in stream:
+            pass
+    assert [o for o, _ in _outcomes(ledger)] == ["ok", "stall_midstream"]
+    assert ledger.query("SELECT DISTINCT path FROM requests")[0][0] == "/chat/completions"
+    assert [body["stream"] for _, body in up.seen] == [True, True]  # the proxy's own stream
+
+
 async def test_a_gzip_request_body_goes_upstream_decoded_and_says_so(setup: Factory) -> None:
     proxy, up, ledger, _ = await setup()
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "CRLF"}]}).encode()

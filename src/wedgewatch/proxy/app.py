@@ -2,8 +2,9 @@
 
 Routes: ``/a/<attempt_id>/<path>`` tags a request with an attempt (or, under ``wrap``, with
 whatever tag the harness chose: an instance id); ``/<path>`` takes its tag from the
-``tag_header`` request header, or is untagged; POST to ``/v1/chat/completions`` or ``/v1/completions`` is a watched generation, any
-other request passes through. ``/wedgewatch/metrics`` and ``/wedgewatch/status`` are the proxy's own.
+``tag_header`` request header, or is untagged; POST to a path of ``GENERATIONS`` is a watched
+generation, any other request passes through. ``/wedgewatch/metrics`` and ``/wedgewatch/status``
+are the proxy's own.
 """
 
 from __future__ import annotations
@@ -39,7 +40,14 @@ from wedgewatch.proxy.watch import engine_deadlines
 
 log = logging.getLogger(__name__)
 
-GENERATIONS: dict[str, Kind] = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+# Without /v1 too: llama.cpp (and clients given its root as base URL) use both; passed on
+# unwatched, such a stream could hang for ever. A server without them answers 404 as it would.
+GENERATIONS: dict[str, Kind] = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/chat/completions": "chat",
+    "/completions": "completion",
+}
 _ATTEMPT = re.compile(r"^/a/([A-Za-z0-9._:-]{1,128})(/.*)$")
 
 

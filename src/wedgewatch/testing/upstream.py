@@ -146,6 +146,7 @@ class ScriptedUpstream:
         """Listen on a free port; yields the root URL (``http://host:port``)."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.handle)
+        app.router.add_post("/chat/completions", self.handle)  # llama.cpp serves it without /v1 too
         app.router.add_post("/v1/responses", self.responses)
         app.router.add_get("/v1/slow", self.slow_read)
         runner = web.AppRunner(app, handler_cancellation=True)
