@@ -89,6 +89,20 @@ async def test_an_answer_sent_back_as_history_is_accepted_at_the_next_turn(
     assert [r["outcome"] for r in records(tmp_path / "req.jsonl")] == ["ok", "ok"]
 
 
+async def test_a_client_given_the_servers_root_is_watched_too(llama: RunningServer, tmp_path: Path) -> None:
+    # llama.cpp serves /chat/completions as well as /v1/chat/completions: a client whose base URL
+    # is the server's root (no /v1) uses it, and the proxy must watch it as a generation.
+    async with Proxy(llama.url, WATCHDOG, records_path=tmp_path / "req.jsonl") as proxy:
+        root = openai.AsyncOpenAI(base_url=proxy.url, api_key="x", max_retries=0, timeout=60)
+        stream = await root.chat.completions.create(
+            model=ALIAS, messages=HELLO, max_tokens=8, temperature=0, stream=True
+        )
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text
+    [row] = records(tmp_path / "req.jsonl")
+    assert (row["path"], row["outcome"], row["tokens_out"]) == ("/chat/completions", "ok", 8)
+
+
 async def test_client_disconnect_through_the_proxy_stops_generation(
     llama: RunningServer, tmp_path: Path
 ) -> None:
