@@ -375,6 +375,16 @@ async def test_recycling_every_n_instances_is_not_a_failure(tmp_path: Path, ledg
     }
 
 
+async def _stall_on_a_wedge(sup: Supervisor, bus: EventBus, life_id: str | None) -> asyncio.Task[list[float]]:
+    """A stream that wedges the server, then the proxy's stall on it (which starts a canary)."""
+    client = asyncio.create_task(stream(sup.base_url, "WEDGE"))
+    await asyncio.sleep(0.5)
+    bus.publish(
+        Stalled(request_id="r", path="/v1/chat/completions", life_id=life_id, outcome="stall_midstream")
+    )
+    return client
+
+
 async def test_proxy_stall_triggers_a_canary_and_a_failed_canary_is_a_wedge(
     tmp_path: Path, ledger: Ledger
 ) -> None:
@@ -392,11 +402,7 @@ async def test_proxy_stall_triggers_a_canary_and_a_failed_canary_is_a_wedge(
         assert len(canaries) == 1 and json.loads(canaries[0]["detail_json"])["ok"] is True
         assert "wedge" not in rec.kinds(), "a healthy server passes its canary"
 
-        client = asyncio.create_task(stream(sup.base_url, "WEDGE"))
-        await asyncio.sleep(0.5)
-        proxy_bus.publish(
-            Stalled(request_id="r", path="/v1/chat/completions", life_id=first, outcome="stall_midstream")
-        )
+        client = await _stall_on_a_wedge(sup, proxy_bus, first)
         _, wedge = await rec.wait_for("wedge", timeout=5)
         assert wedge.evidence["source"] == "canary" and wedge.evidence["canary"]["ok"] is False
         assert wedge.evidence["trigger"]["event"] == "stall"
@@ -418,11 +424,7 @@ async def test_an_api_errors_restart_waits_for_the_canary_in_flight(tmp_path: Pa
     sup.attach(proxy_bus)
     try:
         first = sup.life_id
-        client = asyncio.create_task(stream(sup.base_url, "WEDGE"))
-        await asyncio.sleep(0.5)
-        proxy_bus.publish(
-            Stalled(request_id="r", path="/v1/chat/completions", life_id=first, outcome="stall_midstream")
-        )
+        client = await _stall_on_a_wedge(sup, proxy_bus, first)
         life = sup.current
         assert life is not None
         await eventually_async(lambda: life.probe_task is not None, timeout=5, what="a canary in flight")
