@@ -1,11 +1,13 @@
 """A scripted upstream: a tiny aiohttp server (not the simulator) answering by the last user
 message, for upstream behaviours the simulator does not produce. Words: ``HANG`` (no headers,
 ever), ``DROP`` / ``DROP_ONCE`` (the connection closes unanswered), ``JSON`` (ignores
-``stream: true``), ``CRLF`` (CRLF framing, pretty-printed JSON), ``ERROR`` (an error object inside
-the stream), ``ERROR0`` / ``ERROR0_400`` (a role chunk, then an error object with code 500 / 400, then
-``[DONE]`` 0.1 s later: no token), ``STALL`` (one token, then silence), ``CUT`` (one token, then the end without ``[DONE]``), ``CUT0`` (a role chunk, then the
-end); anything else streams two tokens. ``/v1/responses`` streams an unwatched endpoint; a
-``GET /v1/slow`` never answers."""
+``stream: true``), ``CRLF`` (CRLF framing, pretty-printed JSON), ``MULTILINE`` (each event over
+several ``data:`` lines), ``ERROR`` / ``ERROR_LATE`` (a token, then an error object inside the
+stream, then ``[DONE]`` / the end 0.2 s later), ``ERROR0`` / ``ERROR0_400`` (a role chunk, then an
+error object with code 500 / 400, then ``[DONE]`` 0.1 s later: no token), ``STALL`` (one token,
+then silence), ``CUT`` (one token, then the end without ``[DONE]``), ``CUT0`` (a role chunk, then
+the end); anything else streams two tokens. Chat is served with and without ``/v1``;
+``/v1/responses`` streams an unwatched endpoint; a ``GET /v1/slow`` never answers."""
 
 from __future__ import annotations
 
@@ -31,6 +33,11 @@ def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
 def _sse(obj: Any, sep: str = "\n", pretty: bool = False) -> bytes:
     text = obj if isinstance(obj, str) else json.dumps(obj, indent=1 if pretty else None).replace("\n", " ")
     return f"data: {text}{sep}{sep}".encode()
+
+
+def _error(message: str, kind: str, code: int) -> dict[str, Any]:
+    """vLLM's error object, as it puts one inside a stream."""
+    return {"error": {"object": "error", "message": message, "type": kind, "code": code}}
 
 
 class ScriptedUpstream:
@@ -84,30 +91,14 @@ class ScriptedUpstream:
             await resp.write(_sse("[DONE]", sep="\r\n"))
         elif word in ("ERROR", "ERROR_LATE"):
             await resp.write(_sse(_chunk({"content": "Hi"})))
-            err = {
-                "error": {
-                    "object": "error",
-                    "message": "engine died",
-                    "type": "InternalServerError",
-                    "code": 500,
-                }
-            }
-            await resp.write(_sse(err))
+            await resp.write(_sse(_error("engine died", "InternalServerError", 500)))
             if word == "ERROR_LATE":  # the stream ends a little after its error, without [DONE]
                 await asyncio.sleep(0.2)
             else:
                 await resp.write(_sse("[DONE]"))
         elif word in ("ERROR0", "ERROR0_400"):  # vLLM's way with an error found once streaming
             code = 400 if word == "ERROR0_400" else 500
-            err = {
-                "error": {
-                    "object": "error",
-                    "message": f"refused ({code})",
-                    "type": "BadRequestError",
-                    "code": code,
-                }
-            }
-            await resp.write(_sse(err))
+            await resp.write(_sse(_error(f"refused ({code})", "BadRequestError", code)))
             await asyncio.sleep(0.1)  # [DONE] in a read of its own, as a busy server sends it
             await resp.write(_sse("[DONE]"))
         elif word == "STALL":  # one token, then silence with the connection open
