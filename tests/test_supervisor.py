@@ -440,6 +440,33 @@ async def test_an_api_errors_restart_waits_for_the_canary_in_flight(tmp_path: Pa
     assert "api_errors" not in rec.kinds()
 
 
+async def test_settle_waits_for_a_canary_that_a_busy_machine_made_late(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    # On a loaded machine the canary's 1 s timeout fired 0.7 s late, the runner stopped waiting
+    # before the wedge was recorded, and the attempt the wedge failed was charged to its instance.
+    # Here the event loop is held for 2.5 s (as a busy machine would hold it) while settle waits:
+    # the canary's timeout and settle's own bound are both overdue when the loop runs again.
+    cfg = config(tmp_path, WEDGE, wedge_window=120, canary_timeout=1.0, restart_on_wedge=False)
+    sup, rec = await start(cfg, ledger)
+    proxy_bus = EventBus()
+    sup.attach(proxy_bus)
+    try:
+        first = sup.life_id
+        client = await _stall_on_a_wedge(sup, proxy_bus, first)
+        life = sup.current
+        assert life is not None
+        await eventually_async(lambda: life.probe_task is not None, timeout=5, what="a canary in flight")
+        settling = asyncio.create_task(sup.settle(first))
+        await asyncio.sleep(0)
+        time.sleep(2.5)  # blocking the loop is the point
+        await asyncio.wait_for(settling, timeout=15)
+        assert "wedge" in rec.kinds(), "settle returned before the canary's verdict"
+        client.cancel()
+    finally:
+        await sup.stop()
+
+
 HOLD = """
 [[fault]]
 when.contains = "HOLD"

@@ -30,7 +30,7 @@ from wedgewatch.supervisor.policy import RestartPolicy
 from wedgewatch.supervisor.process import UNKNOWN_EXIT, HookServer, log_tail
 from wedgewatch.supervisor.start import Starter
 from wedgewatch.supervisor.tasks import Background, call_in_loop
-from wedgewatch.supervisor.watching import Reports, Watcher
+from wedgewatch.supervisor.watching import PROBE_SLACK, Reports, Watcher
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class Supervisor:
         """Wait (bounded) for a canary in flight on ``life``, whose failure records a wedge."""
         task = life.probe_task
         if task is not None and not task.done():
-            await asyncio.wait({task}, timeout=self.cfg.canary_timeout + 1.0)
+            await asyncio.wait({task}, timeout=self.cfg.canary_timeout + PROBE_SLACK)
 
     def note_instance_done(self) -> None:
         call_in_loop(self._loop, self._note_instance)

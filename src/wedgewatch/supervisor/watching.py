@@ -23,6 +23,11 @@ from wedgewatch.supervisor.start import Starter
 
 # Polls, 50 ms apart, for a process whose canary failed to show up as dead before it is a wedge.
 DEATH_GRACE_POLLS = 10
+# How long past its canary's timeout a probe may take before whoever waits for its verdict stops
+# waiting: the death-grace polls, plus room for a loaded machine, where a 1.0 s canary timeout
+# was seen to fire 0.7 s late. Too short, and an attempt failed by a wedge was charged to its
+# instance because the verdict came a moment after the runner stopped waiting.
+PROBE_SLACK = DEATH_GRACE_POLLS * 0.05 + 10.0
 
 
 @dataclass(frozen=True)
