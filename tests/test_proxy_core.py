@@ -174,6 +174,7 @@ def test_errors_usage_and_finish_reason_are_read_from_the_bytes() -> None:
     assert not has_usage(b'{"choices":[],"usage":null}')
     assert finish_reason(_chunk({"content": ""}, finish_reason="length")) == "length"
     assert finish_reason(_chunk({"content": "x"})) is None
+    assert finish_reason(b'{"choices": [{"delta": {}, "finish_reason" : "stop"}]}') == "stop"  # spaced JSON
 
 
 # --- assembly ------------------------------------------------------------------------------------

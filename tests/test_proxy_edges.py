@@ -311,3 +311,31 @@ async def test_a_read_keeps_the_short_deadline_and_a_stalled_post_is_cut_at_tota
                 assert r.status == 200
                 await r.read()
         assert time.monotonic() - t0 >= 1.4  # not the 0.3 s of a read
+
+
+async def test_the_servers_own_fields_on_the_usage_chunk_reach_a_client_that_did_not_ask_for_usage(
+    setup: Factory,
+) -> None:
+    # llama.cpp puts its `timings` on the finish chunk, or on the usage-only chunk when usage is
+    # asked for, which the proxy always asks for. A client that did not ask must still get them
+    # on its finish chunk (and no usage-only chunk); one that asked gets that chunk as it was sent.
+    proxy, _, ledger, _ = await setup()
+    client = _client(proxy)
+    hi = [{"role": "user", "content": "TIMINGS"}]
+    plain = [c async for c in await client.chat.completions.create(model="m", messages=hi, stream=True)]
+    assert all(c.choices for c in plain) and all(c.usage is None for c in plain)
+    assert "".join(c.choices[0].delta.content or "" for c in plain) == "Hello there"
+    last = plain[-1]
+    assert last.choices[0].finish_reason == "stop"
+    assert (last.model_extra or {})["timings"]["predicted_n"] == 2
+    assert not any((c.model_extra or {}).get("timings") for c in plain[:-1])
+    asked = [
+        c
+        async for c in await client.chat.completions.create(
+            model="m", messages=hi, stream=True, stream_options={"include_usage": True}
+        )
+    ]
+    assert asked[-1].choices == [] and asked[-1].usage is not None
+    assert (asked[-1].model_extra or {})["timings"]["predicted_n"] == 2
+    assert "timings" not in (asked[-2].model_extra or {})  # the finish chunk as the server sent it
+    assert [o for o, _ in _outcomes(ledger)] == ["ok", "ok"]

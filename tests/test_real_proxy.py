@@ -103,6 +103,31 @@ async def test_a_client_given_the_servers_root_is_watched_too(llama: RunningServ
     assert (row["path"], row["outcome"], row["tokens_out"]) == ("/chat/completions", "ok", 8)
 
 
+async def _chunks(url: str, **extra: Any) -> list[dict[str, Any]]:
+    body = {"model": ALIAS, "messages": HELLO, "max_tokens": 8, "temperature": 0, "stream": True, **extra}
+    parser = SSEParser()
+    async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions", json=body) as resp:
+        events = parser.feed(await resp.read()) + parser.close()
+    return [json.loads(e.data) for e in events if e.data not in (None, b"[DONE]")]
+
+
+async def test_a_stream_has_the_servers_own_shape_whether_or_not_usage_was_asked(
+    llama: RunningServer, tmp_path: Path
+) -> None:
+    # The proxy asks for usage on every stream; llama.cpp then moves its `timings` from the finish
+    # chunk to the usage-only chunk. Either way the client's stream has the chunks and fields the
+    # server sends it directly: `timings` on the finish chunk unless usage was asked for.
+    async with Proxy(llama.url, WATCHDOG, records_path=tmp_path / "req.jsonl") as proxy:
+        for extra in ({}, {"stream_options": {"include_usage": True}}):
+            own, via = await _chunks(llama.url, **extra), await _chunks(proxy.url, **extra)
+            assert [sorted(c) for c in via] == [sorted(c) for c in own], extra
+            assert [c["choices"] for c in via] == [c["choices"] for c in own]
+            timed = [n for n, c in enumerate(own) if "timings" in c]
+            assert timed == [len(own) - 1] and via[-1]["timings"]["predicted_n"] == 8
+            assert bool(own[-1]["choices"]) == (not extra)  # the finish chunk / the usage chunk
+    assert [r["completion_tokens"] for r in records(tmp_path / "req.jsonl")] == [8, 8]
+
+
 async def test_client_disconnect_through_the_proxy_stops_generation(
     llama: RunningServer, tmp_path: Path
 ) -> None:

@@ -247,7 +247,7 @@ class Exchange:
                 if not had_tokens and self.watch.tokens:
                     self._rearm()
                 continue
-            frames = relay.frames(events, now, self.out is not None)
+            frames = relay.frames(events, now, self.out is not None, eof)
             if not had_tokens and self.watch.tokens:
                 self._rearm()
             if self.out is None:
@@ -353,7 +353,7 @@ class Exchange:
             return error_response(status, obj, self.request_id)
         await self._end(outcome, 200, {"error": message, **(extra or {})})
         try:
-            await self.out.write(encode_data(obj))
+            await self.out.write(b"".join(self.relay.release()) + encode_data(obj))
             await self.out.write_eof()
         except _CLIENT_GONE:
             pass

@@ -12,13 +12,15 @@ an empty delta, a usage-only chunk and SSE comments are not progress.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from wedgewatch.vocab import CLIENT_ERROR, upstream_http
 
 # Keys whose non-empty string value is generated text. "reasoning" is vLLM >= 0.10's new name.
 _TEXT_KEYS = (b'"content":"', b'"reasoning_content":"', b'"reasoning":"', b'"text":"')
-_FINISH = b'"finish_reason":"'
+# Any JSON spacing: the finish chunk is one per choice, so a regex costs nothing that matters.
+_FINISH = re.compile(rb'"finish_reason"\s*:\s*"([^"]*)"')
 
 
 def is_error(data: bytes) -> bool:
@@ -45,12 +47,8 @@ def is_progress(data: bytes) -> bool:
 
 
 def finish_reason(data: bytes) -> str | None:
-    i = data.find(_FINISH)
-    if i < 0:
-        return None
-    i += len(_FINISH)
-    j = data.find(b'"', i)
-    return data[i:j].decode("utf-8", "replace") if j > i else None
+    m = _FINISH.search(data) if b'"finish_reason"' in data else None
+    return m.group(1).decode("utf-8", "replace") if m is not None and m.group(1) else None
 
 
 def _nonempty(v: Any) -> bool:

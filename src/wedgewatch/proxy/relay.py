@@ -4,6 +4,11 @@ A ``Relay`` keeps the facts the ending of a request needs (``[DONE]`` seen, fini
 an in-stream error) and tells the request's ``Watch`` about every token. For a streaming client it
 returns each event's ``data`` bytes unchanged in a fresh frame; for a non-streaming one it decodes
 each chunk and feeds the ``Assembler``.
+
+A streaming client that did not ask for usage does not get the usage-only chunk the proxy asked
+for. llama.cpp moves its ``timings`` from the finish chunk onto that chunk when usage is asked
+for, so the finish chunk is kept back until the next event: fields the usage-only chunk has
+beyond the standard ones go back onto it, where the server puts them for such a client.
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ from wedgewatch.proxy.progress import finish_reason, has_usage, is_error, is_pro
 from wedgewatch.proxy.watch import Watch
 from wedgewatch.sse import DONE, SSEEvent
 
+# The fields of a chunk every OpenAI-compatible server sends; the rest are the server's own.
+_STANDARD = frozenset(
+    {"id", "object", "created", "model", "system_fingerprint", "service_tier", "choices", "usage"}
+)
+
 
 def decode(data: bytes) -> dict[str, Any] | None:
     try:
@@ -26,7 +36,7 @@ def decode(data: bytes) -> dict[str, Any] | None:
 
 
 class Relay:
-    __slots__ = ("asm", "done", "error", "finish", "usage", "want_usage", "watch")
+    __slots__ = ("asm", "done", "error", "finish", "kept", "usage", "want_usage", "watch")
 
     def __init__(self, watch: Watch) -> None:
         self.watch = watch
@@ -36,10 +46,12 @@ class Relay:
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None  # an error object the upstream sent in its stream
+        self.kept: bytes | None = None  # a finish chunk's data, kept back for the usage chunk's extras
 
-    def frames(self, events: list[SSEEvent], now: float, begun: bool) -> list[bytes]:
+    def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool = False) -> list[bytes]:
         """A streaming client's events: classify each and return the frames to forward (SSE
-        comments only once the client's stream has ``begun``)."""
+        comments only once the client's stream has ``begun``; a kept finish chunk on the
+        ``last`` events of the stream)."""
         frames: list[bytes] = []
         for ev in events:
             data = ev.data
@@ -58,15 +70,32 @@ class Relay:
                 if obj is not None:
                     self.usage = obj.get("usage")
                     if not self.want_usage and not obj.get("choices"):
+                        self._extras(obj)
                         continue  # the client did not ask for the usage-only chunk
+            frames += self.release()
             fr = finish_reason(data)
             if fr is not None:
                 self.finish = fr
-            if b"\n" in data:  # an event sent as several data: lines goes on as several
-                frames.append(b"".join(b"data: " + line + b"\n" for line in data.split(b"\n")) + b"\n")
-            else:
-                frames.append(b"data: " + data + b"\n\n")
+                if not self.want_usage:
+                    self.kept = data
+                    continue
+            frames.append(_frame(data))
+        if last:
+            frames += self.release()
         return frames
+
+    def release(self) -> list[bytes]:
+        """The kept finish chunk's frame, once (nothing if none is kept)."""
+        data, self.kept = self.kept, None
+        return [] if data is None else [_frame(data)]
+
+    def _extras(self, usage_chunk: dict[str, Any]) -> None:
+        extras = {k: v for k, v in usage_chunk.items() if k not in _STANDARD}
+        kept = decode(self.kept) if self.kept is not None and extras else None
+        if kept is not None:
+            extras = {k: v for k, v in extras.items() if k not in kept}
+            if extras:
+                self.kept = json.dumps({**kept, **extras}, separators=(",", ":"), ensure_ascii=False).encode()
 
     def assemble(self, events: list[SSEEvent], now: float) -> None:
         """A non-streaming client's events: decode each and feed the assembler."""
@@ -93,3 +122,9 @@ class Relay:
             for choice in obj.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("finish_reason") is not None:
                     self.finish = choice["finish_reason"]
+
+
+def _frame(data: bytes) -> bytes:
+    if b"\n" in data:  # an event sent as several data: lines goes on as several
+        return b"".join(b"data: " + line + b"\n" for line in data.split(b"\n")) + b"\n"
+    return b"data: " + data + b"\n\n"

@@ -6,7 +6,9 @@ several ``data:`` lines), ``ERROR`` / ``ERROR_LATE`` (a token, then an error obj
 stream, then ``[DONE]`` / the end 0.2 s later), ``ERROR0`` / ``ERROR0_400`` (a role chunk, then an
 error object with code 500 / 400, then ``[DONE]`` 0.1 s later: no token), ``STALL`` (one token,
 then silence), ``CUT`` (one token, then the end without ``[DONE]``), ``CUT0`` (a role chunk, then
-the end); anything else streams two tokens. Chat is served with and without ``/v1``;
+the end), ``TIMINGS`` (llama.cpp's stream when usage is asked for: two tokens, the finish chunk,
+then in a read of its own the usage-only chunk carrying ``timings``); anything else sends a role
+chunk and ends. Chat is served with and without ``/v1``;
 ``/v1/responses`` streams an unwatched endpoint; a ``GET /v1/slow`` never answers."""
 
 from __future__ import annotations
@@ -89,6 +91,14 @@ class ScriptedUpstream:
             await resp.write(_sse(_chunk({"content": ""}, "stop"), sep="\r\n", pretty=True))
             await resp.write(_sse({"id": "c-1", "choices": [], "usage": {"completion_tokens": 2}}, "\r\n"))
             await resp.write(_sse("[DONE]", sep="\r\n"))
+        elif word == "TIMINGS":
+            await resp.write(_sse(_chunk({"content": "Hello"})) + _sse(_chunk({"content": " there"})))
+            await resp.write(_sse(_chunk({}, "stop")))
+            await asyncio.sleep(0.05)
+            usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+            timings = {"prompt_n": 3, "predicted_n": 2, "predicted_per_second": 40.0}
+            await resp.write(_sse({**_chunk({}), "choices": [], "usage": usage, "timings": timings}))
+            await resp.write(_sse("[DONE]"))
         elif word in ("ERROR", "ERROR_LATE"):
             await resp.write(_sse(_chunk({"content": "Hi"})))
             await resp.write(_sse(_error("engine died", "InternalServerError", 500)))
