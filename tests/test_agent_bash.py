@@ -194,3 +194,49 @@ def test_connection_refused(tmp_path: Path) -> None:
     with pytest.raises(UpstreamConnectionError):
         run_agent(f"http://127.0.0.1:{port}/v1", load_bundled()[0], tmp_path)
     assert trajectory()["status"] == "api_error"
+
+
+def test_a_server_whose_certificate_is_not_trusted_is_refused(tmp_path: Path) -> None:
+    # The agent's client shares one TLS context across attempts; it must still verify: an HTTPS
+    # server with a self-signed certificate is a connection error, never a conversation.
+    import http.server
+    import ssl
+    import subprocess
+    import threading
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    answered: list[str] = []
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            answered.append(self.path)
+            body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "hi"}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"https://127.0.0.1:{server.server_address[1]}/v1"
+        with pytest.raises(UpstreamConnectionError) as refused:
+            run_agent(url, load_bundled()[0], tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+    causes, exc = [], refused.value.__cause__
+    while exc is not None:
+        causes.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    assert any("CERTIFICATE_VERIFY_FAILED" in c for c in causes), causes
+    assert answered == [] and trajectory()["status"] == "api_error"

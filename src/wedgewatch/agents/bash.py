@@ -9,8 +9,10 @@ infrastructure failures are raised as ``errors.ApiError`` / ``HarnessError``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
+import ssl
 import time
 from typing import Any
 
@@ -35,6 +37,14 @@ _CONTEXT_RE = re.compile(
     r"prompt is too long|too many tokens",
     re.IGNORECASE,
 )
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    # One verifying context per process (the system's CA store; SSL_CERT_FILE is honoured): the
+    # SDK would build one with each client, loading the CA store again (about 40 ms of CPU), and
+    # a client is built per attempt, mostly for the proxy's plain HTTP.
+    return ssl.create_default_context()
 
 
 class ContextWindowExceeded(WedgewatchError):
@@ -94,17 +104,17 @@ class BashAgent:
             api_key=task.api_key,
             max_retries=self.max_retries,
             timeout=self.request_timeout,
+            http_client=openai.DefaultHttpxClient(verify=_tls()),
         )
         try:
             result = self._loop(task, client, traj)
+            traj.finish(result)
         except BaseException as exc:
             traj.fail(exc)
             raise
         finally:
             client.close()
             traj.save(task.trajectory_path)
-        traj.finish(result)
-        traj.save(task.trajectory_path)
         return result
 
     def _loop(self, task: AgentTask, client: openai.OpenAI, traj: Trajectory) -> AgentResult:
