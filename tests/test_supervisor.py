@@ -385,6 +385,15 @@ async def _stall_on_a_wedge(sup: Supervisor, bus: EventBus, life_id: str | None)
     return client
 
 
+async def _canary_on_a_wedge(sup: Supervisor, bus: EventBus) -> asyncio.Task[list[float]]:
+    """``_stall_on_a_wedge``, then wait until the canary the stall started is in flight."""
+    client = await _stall_on_a_wedge(sup, bus, sup.life_id)
+    life = sup.current
+    assert life is not None
+    await eventually_async(lambda: life.probe_task is not None, timeout=5, what="a canary in flight")
+    return client
+
+
 async def test_proxy_stall_triggers_a_canary_and_a_failed_canary_is_a_wedge(
     tmp_path: Path, ledger: Ledger
 ) -> None:
@@ -424,10 +433,7 @@ async def test_an_api_errors_restart_waits_for_the_canary_in_flight(tmp_path: Pa
     sup.attach(proxy_bus)
     try:
         first = sup.life_id
-        client = await _stall_on_a_wedge(sup, proxy_bus, first)
-        life = sup.current
-        assert life is not None
-        await eventually_async(lambda: life.probe_task is not None, timeout=5, what="a canary in flight")
+        client = await _canary_on_a_wedge(sup, proxy_bus)
         sup.note_attempt(True, first)
         _, wedge = await rec.wait_for("wedge", timeout=5)
         assert wedge.evidence["source"] == "canary"
@@ -453,10 +459,7 @@ async def test_settle_waits_for_a_canary_that_a_busy_machine_made_late(
     sup.attach(proxy_bus)
     try:
         first = sup.life_id
-        client = await _stall_on_a_wedge(sup, proxy_bus, first)
-        life = sup.current
-        assert life is not None
-        await eventually_async(lambda: life.probe_task is not None, timeout=5, what="a canary in flight")
+        client = await _canary_on_a_wedge(sup, proxy_bus)
         settling = asyncio.create_task(sup.settle(first))
         await asyncio.sleep(0)
         time.sleep(2.5)  # blocking the loop is the point
