@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from wedgewatch.demo.cells import KEYS
+from wedgewatch.runner.run import SCALED_FLOOR
 
 
 def aggregate(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -73,7 +74,17 @@ def table_rows(arms: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
 
 def footnote(time_scale: float, seeds: int) -> str:
     spread = f" Cells are the median over {seeds} seeds [min-max]." if seeds > 1 else ""
+    floor = ""
+    if time_scale > 1:
+        # Without this, a guarded arm's hang of ~200 server s at 200x reads as its detection time.
+        floor = (
+            f" Scaled deadlines never drop below {SCALED_FLOOR:g} s of real time (this machine's own"
+            f" scheduling noise), so a hang ended by a deadline counts at least {SCALED_FLOOR * time_scale:,.0f}"
+            " server s here, whatever that deadline is at real speed."
+        )
     return (
         f"Simulated at {time_scale:g}x: a hang's server seconds are real seconds x {time_scale:g}, "
-        "the time its unanswered requests waited (the SDK's backoff between retries is not in it)." + spread
+        "the time its unanswered requests waited (the SDK's backoff between retries is not in it)."
+        + floor
+        + spread
     )
