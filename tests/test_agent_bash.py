@@ -4,9 +4,13 @@ attempt early_stop with its reason; server failures raise the right ApiError."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import socket
+import ssl
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -199,11 +203,6 @@ def test_connection_refused(tmp_path: Path) -> None:
 def test_a_server_whose_certificate_is_not_trusted_is_refused(tmp_path: Path) -> None:
     # The agent's client shares one TLS context across attempts; it must still verify: an HTTPS
     # server with a self-signed certificate is a connection error, never a conversation.
-    import http.server
-    import ssl
-    import subprocess
-    import threading
-
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,

@@ -48,7 +48,7 @@ class Relay:
         self.error: dict[str, Any] | None = None  # an error object the upstream sent in its stream
         self.kept: bytes | None = None  # a finish chunk's data, kept back for the usage chunk's extras
 
-    def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool = False) -> list[bytes]:
+    def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool) -> list[bytes]:
         """A streaming client's events: classify each and return the frames to forward (SSE
         comments only once the client's stream has ``begun``; a kept finish chunk on the
         ``last`` events of the stream)."""
