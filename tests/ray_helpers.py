@@ -51,7 +51,25 @@ class RayCluster:
 
 def start_cluster(root: Path) -> RayCluster:
     """A head node on a free port. Its temporary directory is its own (short: Ray's socket paths
-    must fit 107 bytes), so it writes no /tmp/ray/ray_current_cluster for another Ray to find."""
+    must fit 107 bytes), so it writes no /tmp/ray/ray_current_cluster for another Ray to find.
+    The port is free when picked but bound seconds later by Ray's GCS, and another test's server
+    can take it in between (seen once: "Failed to start the grpc server"): then a new port."""
+    for _ in range(PORT_TRIES - 1):
+        try:
+            return _start_head(root)
+        except PortTaken:
+            continue
+    return _start_head(root)
+
+
+PORT_TRIES = 3
+
+
+class PortTaken(RuntimeError):
+    pass
+
+
+def _start_head(root: Path) -> RayCluster:
     port = _free_port()
     temp = tempfile.mkdtemp(prefix="wwray-", dir="/tmp")
     log = root / "ray-start.log"
@@ -65,10 +83,11 @@ def start_cluster(root: Path) -> RayCluster:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     cluster = RayCluster(proc, f"127.0.0.1:{port}", log, Path(temp))
     deadline = time.monotonic() + START_TIMEOUT
-    while READY not in log.read_text(errors="replace"):
+    while READY not in (text := log.read_text(errors="replace")):
         if proc.poll() is not None or time.monotonic() > deadline:
             cluster.stop()
-            raise RuntimeError(f"ray start did not come up: {log.read_text(errors='replace')[-3000:]}")
+            kind = PortTaken if "Failed to start the grpc server" in text else RuntimeError
+            raise kind(f"ray start did not come up: {text[-3000:]}")
         time.sleep(0.3)
     return cluster
 

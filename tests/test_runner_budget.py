@@ -70,8 +70,7 @@ def test_attempts_that_stalled_on_a_wedged_server_are_requeued(tmp_path: Path) -
     not the flat counters, comes first: a restart before the stall would leave the agent's thread
     running, and its late requests would count toward the next life's 10th.)"""
     faults = '[[fault]]\nwhen.nth = 10\naction = "wedge"\n'
-    path = write_config(tmp_path, faults=faults, ids=IDS[:2], concurrency=1)
-    path.write_text(path.read_text().replace("wedge_window = 5.0", "wedge_window = 60.0"))
+    path = write_config(tmp_path, faults=faults, ids=IDS[:2], concurrency=1, wedge_window=60.0)
     cfg = load_config(path)
     cfg.run.attempts = 1
     ex = runner_main.start(cfg, run_id="wedged")
@@ -92,8 +91,12 @@ def test_attempts_that_stalled_on_a_wedged_server_are_requeued(tmp_path: Path) -
 def test_resume_with_more_attempts_finishes_the_infra_failed_and_keeps_every_row(tmp_path: Path) -> None:
     # The second instance's prompt stalls twice per server life; the canary answers, so the
     # server is not wedged: those are budgeted failures, and with one attempt it is infra_failed.
+    # (The metrics window is long: a stalled request alone on the server has the flat counters
+    # of a wedge, and a 1 s window raced the proxy's 1 s first-token deadline, once restarting.)
     faults = f'[[fault]]\nwhen.contains = "{problem_line(1)}"\ntimes = 2\naction = "stall_ttft"\n'
-    path = write_config(tmp_path, faults=faults, ids=IDS[:2], server="restart_after_api_errors = 0")
+    path = write_config(
+        tmp_path, faults=faults, ids=IDS[:2], server="restart_after_api_errors = 0", wedge_window=60.0
+    )
     path.write_text(path.read_text().replace("attempts = 3", "attempts = 1"))
     ledger = str(load_config(path).run.ledger)
     first = _cli("run", str(path), "--run-id", "more", "--json")

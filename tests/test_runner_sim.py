@@ -57,6 +57,7 @@ def write_config(
     concurrency: int = 2,
     server: str = "",
     name: str = "c",
+    wedge_window: float = 5.0,
 ) -> Path:
     scenario = tmp_path / f"{name}-scenario.toml"
     scenario.write_text(f"[policy]\nskill = {skill}\n{faults}")
@@ -68,7 +69,7 @@ profile = "sim"
 scenario = "{scenario}"
 args = ["--policy", "swe"]
 scrape_interval = 0.2
-wedge_window = 5.0
+wedge_window = {wedge_window}
 log_dir = "{tmp_path / "logs"}"
 {server}
 [server.warmup]
