@@ -1,4 +1,9 @@
-"""Shared fixtures. Servers are real subprocesses on 127.0.0.1; nothing of ours is mocked."""
+"""Shared fixtures. Servers are real subprocesses on 127.0.0.1; nothing of ours is mocked.
+
+xdist makes a module- or session-scoped fixture once per worker that needs it, so the tests that
+share a costly one carry one ``xdist_group`` (``make test`` runs ``--dist loadgroup``): they run on
+one worker and the fixture is made once. The default demo ran twice when its two tests were split.
+"""
 
 from __future__ import annotations
 

@@ -82,6 +82,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
+@pytest.mark.xdist_group("compare-runs")  # one worker makes `runs` once
 def test_compare_two_real_runs_in_two_ledgers(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -119,6 +120,7 @@ def test_compare_two_real_runs_in_two_ledgers(
     assert "Run B lost 1 instance(s) to the infrastructure" in text
 
 
+@pytest.mark.xdist_group("compare-runs")  # one worker makes `runs` once
 def test_compare_text_same_ledger_and_missing_run(
     runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -48,6 +48,11 @@ def arms(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {a["arm"]: a["runs"][0] for a in doc["arms"]}
 
 
+# A module fixture is made once per xdist worker: the tests that share the default demo (a minute of
+# CPU) run on one worker, so it runs once (`make test` uses --dist loadgroup).
+SHARES_THE_DEMO = pytest.mark.xdist_group("default-demo")
+
+
 @pytest.fixture(scope="module")
 def default_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("default") / "demo"
@@ -55,6 +60,7 @@ def default_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[s
 
 
 @pytest.mark.timeout(600)
+@SHARES_THE_DEMO
 def test_the_default_demo_shows_every_defence_against_the_same_wedge(
     default_demo: tuple[Path, dict[str, Any]],
 ) -> None:
@@ -107,6 +113,7 @@ def test_the_default_demo_shows_every_defence_against_the_same_wedge(
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
 
 
+@SHARES_THE_DEMO
 def test_the_default_demo_table_is_printed_from_the_same_cells(
     default_demo: tuple[Path, dict[str, Any]],
 ) -> None:

@@ -186,6 +186,7 @@ def test_append_only_is_enforced_by_the_database(pg_url: str) -> None:
         assert conn.execute("SELECT status FROM attempt_ends").fetchall() == [("submitted",)]
 
 
+@pytest.mark.xdist_group("pg-sim-run")  # one worker makes `sim_run` once
 def test_copy_round_trips_a_run_sqlite_pg_sqlite_with_every_row_equal(
     sim_run: Path, pg_server: PgServer, tmp_path: Path
 ) -> None:
@@ -213,6 +214,7 @@ def test_copy_round_trips_a_run_sqlite_pg_sqlite_with_every_row_equal(
     assert again.stderr.strip().count("\n") == 0 and "already holds run 'sim'" in again.stderr
 
 
+@pytest.mark.xdist_group("pg-sim-run")  # one worker makes `sim_run` once
 def test_copy_renumbers_serial_ids_another_ledger_took(sim_run: Path, pg_url: str, tmp_path: Path) -> None:
     other = tmp_path / "other.sqlite"
     with Ledger(other) as lg:

@@ -31,6 +31,9 @@ from wedgewatch.vocab import MODEL_OUTCOMES
 pytestmark = pytest.mark.timeout(300)
 
 IDS = [i["instance_id"] for i in load_bundled()]
+# Eight instances (about 60 requests at concurrency 4) give the wedging member, a third of the
+# requests, several lives; the whole suite showed nothing more for five times the CPU.
+POOL_IDS = IDS[:8]
 
 # The 6th generation request each life of the wedging member serves stops its whole engine; a
 # restarted life is a new process, so it wedges again at its own 6th request.
@@ -88,7 +91,7 @@ seed = 3
 @pytest.fixture(scope="module")
 def one_server(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     tmp = tmp_path_factory.mktemp("one")
-    cfg = load_config(write_config(tmp, "one", [""], IDS))
+    cfg = load_config(write_config(tmp, "one", [""], POOL_IDS))
     ex = runner_main.start(cfg, run_id="one")
     assert ex.end_mark == "finished"
     with Ledger(cfg.run.ledger) as lg:
@@ -98,7 +101,7 @@ def one_server(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def test_a_wedge_on_one_member_restarts_only_it_and_the_outcomes_equal_one_servers(
     tmp_path: Path, one_server: dict[str, str]
 ) -> None:
-    cfg = load_config(write_config(tmp_path, "pool", ["", WEDGE_AT_6, ""], IDS))
+    cfg = load_config(write_config(tmp_path, "pool", ["", WEDGE_AT_6, ""], POOL_IDS))
     assert [m.name for m in cfg.members()] == ["s0", "s1", "s2"]
     ex = runner_main.start(cfg, run_id="pool")
     assert ex.end_mark == "finished"
@@ -120,7 +123,7 @@ def test_a_wedge_on_one_member_restarts_only_it_and_the_outcomes_equal_one_serve
     assert by_member["s1"]["lives"] == by_member["s1"]["restarts"] + 1 >= 2  # what `report` shows
 
     # Every instance ends on the model's side, as on one server with the same seed.
-    assert len(got) == len(IDS) and set(got.values()) <= set(MODEL_OUTCOMES)
+    assert len(got) == len(POOL_IDS) and set(got.values()) <= set(MODEL_OUTCOMES)
     assert got == one_server
 
     # Only the wedging member was restarted; the others kept their first life all run long.

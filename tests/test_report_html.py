@@ -63,6 +63,7 @@ def _self_contained(html: str) -> None:
     assert "<script" not in html.lower() and "<link" not in html.lower() and "@import" not in html
 
 
+@pytest.mark.xdist_group("html-stalled-run")  # one worker makes `stalled_run` once
 def test_report_html_of_a_real_run(
     stalled_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -95,6 +96,7 @@ def test_report_html_of_a_real_run(
     assert "stall_ttft" in html and "api_error" in html and "vllm:generation_tokens_total" in html
 
 
+@pytest.mark.xdist_group("html-stalled-run")  # one worker makes `stalled_run` once
 def test_two_runs_side_by_side(stalled_run: Path, tmp_path: Path) -> None:
     with Ledger(stalled_run) as lg:
         make_run(lg, "second", ["x"])

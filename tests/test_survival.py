@@ -178,6 +178,7 @@ def wedging_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(cfg.run.ledger)
 
 
+@pytest.mark.xdist_group("survival-run")  # one worker makes `wedging_run` once
 def test_every_life_wedges_by_its_twelfth_request(wedging_run: Path) -> None:
     with Ledger(wedging_run) as lg:
         sv = survival(lg, ["wedge8"])
@@ -192,6 +193,7 @@ def test_every_life_wedges_by_its_twelfth_request(wedging_run: Path) -> None:
     assert sv.median() is not None and 8 <= sv.median() <= 12  # type: ignore[operator]
 
 
+@pytest.mark.xdist_group("survival-run")  # one worker makes `wedging_run` once
 def test_report_survival_flag(wedging_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as ex:
         main(["report", "wedge8", "--ledger", str(wedging_run), "--survival"])
