@@ -184,13 +184,17 @@ def test_every_life_wedges_by_its_twelfth_request(wedging_run: Path) -> None:
         sv = survival(lg, ["wedge8"])
         ends = [r[0] for r in lg.query("SELECT end_reason FROM server_life_view WHERE run_id = 'wedge8'")]
     assert len(sv.lives) >= 3 and sv.n_failed >= 2
+    # A life's age is the requests that had ended on it when its wedge was recorded. The wedging
+    # request, and at concurrency 2 the one beside it, count only when the proxy's stall deadline
+    # ended them before the metrics rule saw the engine stop: both are 1 s at this scale, so a life
+    # that wedged at its 8th request is recorded at 6 to 9 (a fresh clone's run: 8, 7, 8).
     failed_ages = [lv.age for lv in sv.lives if lv.failed]
-    assert all(8 <= a <= 12 for a in failed_ages), failed_ages
+    assert all(6 <= a <= 12 for a in failed_ages), failed_ages
     # Every life that reached its 8th request failed; only the last (stopped at the run's end) is censored.
     assert ends.count("stop") == 1 and len(sv.lives) - sv.n_failed == 1
-    assert sv.at(7) == 1.0
-    assert sv.survival[-1] == 0.0 and 8 <= sv.times[-1] <= 12
-    assert sv.median() is not None and 8 <= sv.median() <= 12  # type: ignore[operator]
+    assert sv.at(5) == 1.0
+    assert sv.survival[-1] == 0.0 and 6 <= sv.times[-1] <= 12
+    assert sv.median() is not None and 6 <= sv.median() <= 12  # type: ignore[operator]
 
 
 @pytest.mark.xdist_group("survival-run")  # one worker makes `wedging_run` once
