@@ -57,7 +57,7 @@ ids = {json.dumps(ids or list(SEED2))}
 concurrency = 2
 ledger = "{ledger}"
 workdir = "{tmp_path / "work"}"
-time_scale = 20.0
+time_scale = 10.0
 seed = 2
 lease_interval = {interval}
 lease_timeout = {timeout}
@@ -91,7 +91,9 @@ def q(url: str, sql: str, *params: Any) -> list[Any]:
 def two_runners(
     tmp_path: Path, url: str, run_id: str, **lease_: float
 ) -> tuple[subprocess.Popen[bytes], ...]:
-    """Runner A starts the run; runner B joins it as soon as the run exists."""
+    """Runner A starts the run; runner B joins it as soon as the run exists. B's start (imports,
+    its own simulator, a warm-up) took 10 s on a saturated machine, about what the whole run took
+    at time scale 20, so A had finished alone; at 10 the run lasts twice as long."""
     cfg = write_config(tmp_path, url, **lease_)
     a = spawn(tmp_path, "a", str(cfg), "--run-id", run_id)
     eventually(lambda: a.poll() is not None or bool(q(url, "SELECT 1 FROM runs")), 60, what="the run")
