@@ -58,6 +58,7 @@ def write_config(
     server: str = "",
     name: str = "c",
     wedge_window: float = 5.0,
+    deadline: float = 20.0,
 ) -> Path:
     scenario = tmp_path / f"{name}-scenario.toml"
     scenario.write_text(f"[policy]\nskill = {skill}\n{faults}")
@@ -75,8 +76,8 @@ log_dir = "{tmp_path / "logs"}"
 [server.warmup]
 count = 1
 [watchdog]
-ttft_timeout = 20.0
-stall_timeout = 20.0
+ttft_timeout = {deadline}
+stall_timeout = {deadline}
 [agent]
 step_limit = 8
 [suite]
