@@ -49,6 +49,13 @@ class RayCluster:
         shutil.rmtree(self.temp, ignore_errors=True)
 
 
+PORT_TRIES = 3
+
+
+class PortTaken(RuntimeError):
+    """Ray's GCS could not bind the port picked for it."""
+
+
 def start_cluster(root: Path) -> RayCluster:
     """A head node on a free port. Its temporary directory is its own (short: Ray's socket paths
     must fit 107 bytes), so it writes no /tmp/ray/ray_current_cluster for another Ray to find.
@@ -60,13 +67,6 @@ def start_cluster(root: Path) -> RayCluster:
         except PortTaken:
             continue
     return _start_head(root)
-
-
-PORT_TRIES = 3
-
-
-class PortTaken(RuntimeError):
-    pass
 
 
 def _start_head(root: Path) -> RayCluster:
