@@ -26,7 +26,7 @@ from wedgewatch import promtext
 from wedgewatch.launchers.llamacpp import launch_argv
 from wedgewatch.sse import SSEParser
 
-pytestmark = pytest.mark.xdist_group("llamacpp")
+pytestmark = pytest.mark.xdist_group("llamacpp-server")  # one worker starts `llama` once
 
 ALIAS = "gemma-test"
 HELLO = [{"role": "user", "content": "Write hello world."}]

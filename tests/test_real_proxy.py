@@ -27,7 +27,7 @@ from wedgewatch.launchers.llamacpp import launch_argv
 from wedgewatch.proxy import Proxy
 from wedgewatch.sse import SSEParser
 
-pytestmark = pytest.mark.xdist_group("llamacpp")
+pytestmark = pytest.mark.xdist_group("llamacpp-proxy")  # one worker starts `llama` once
 
 ALIAS = "gemma-proxy"
 HELLO = [{"role": "user", "content": "Write hello world."}]

@@ -19,11 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from wedgewatch import promtext
-
-pytestmark = pytest.mark.xdist_group("llamacpp")
 
 MODEL_SIDE = {"early_stop", "submitted"}
 MODEL_OUTCOMES = {"early_stop", "unresolved", "empty_patch", "resolved"}

@@ -23,8 +23,6 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor import Supervisor
 
-pytestmark = pytest.mark.xdist_group("llamacpp")
-
 SERVED = "gemma-sup"
 HELLO = [{"role": "user", "content": "Write hello world."}]
 # ttft_timeout is short as well, so a freeze that lands before the first token is caught as soon.

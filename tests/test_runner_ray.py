@@ -34,7 +34,7 @@ from wedgewatch.runner import main as runner_main
 from wedgewatch.runner.context import RunContext
 from wedgewatch.testing import eventually, eventually_async
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("ray")]  # one worker starts `cluster` once
 
 
 @pytest.fixture(scope="module")
