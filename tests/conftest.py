@@ -29,6 +29,13 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``long`` (ten seconds or more of real runs) first. xdist hands out whole
+    groups first, largest first, then single tests in collection order: a long test handed out
+    near the end keeps its worker busy while the others have finished."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @dataclass
 class RunningServer:
     """A server subprocess and the URL it printed on its first line."""

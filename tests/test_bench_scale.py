@@ -18,6 +18,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_a_pool_run_and_an_idle_pool_are_measured() -> None:
     r = _bench(

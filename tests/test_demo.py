@@ -169,6 +169,7 @@ except Exception as exc:
 """
 
 
+@pytest.mark.long
 @pytest.mark.timeout(400)
 def test_with_the_proxy_out_of_the_way_a_hang_reaches_the_guarded_score(tmp_path: Path) -> None:
     scenario = tmp_path / "stall-first.toml"

@@ -99,6 +99,7 @@ def one_server(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         return outcomes(lg, "one")
 
 
+@pytest.mark.long
 def test_a_wedge_on_one_member_restarts_only_it_and_the_outcomes_equal_one_servers(
     tmp_path: Path, one_server: dict[str, str]
 ) -> None:
@@ -246,6 +247,7 @@ def test_without_a_token_the_endpoint_refuses_every_restart(tmp_path: Path) -> N
         _stop(served)
 
 
+@pytest.mark.long
 def test_a_pool_member_on_another_host_is_restarted_through_its_endpoint(tmp_path: Path) -> None:
     """The member is a `wedgewatch serve` (on loopback here): a fresh run restarts it with a POST,
     no shell on its host, and runs its instances through it."""

@@ -19,7 +19,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from wedgewatch import promtext
+
+pytestmark = pytest.mark.long
 
 MODEL_SIDE = {"early_stop", "submitted"}
 MODEL_OUTCOMES = {"early_stop", "unresolved", "empty_patch", "resolved"}

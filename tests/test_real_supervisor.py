@@ -53,6 +53,7 @@ def detail(row: Any) -> dict[str, Any]:
     return json.loads(raw) if isinstance(raw, str) else dict(raw or {})
 
 
+@pytest.mark.long
 async def test_real_freeze_is_a_wedge_and_the_life_is_replaced(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
     bus = EventBus()

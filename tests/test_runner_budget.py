@@ -91,6 +91,7 @@ def test_attempts_that_stalled_on_a_wedged_server_are_requeued(tmp_path: Path) -
     assert sum(n for _, n in budget.values()) == len(failed)
 
 
+@pytest.mark.long
 def test_resume_with_more_attempts_finishes_the_infra_failed_and_keeps_every_row(tmp_path: Path) -> None:
     # The second instance's prompt stalls twice per server life; the canary answers, so the
     # server is not wedged: those are budgeted failures, and with one attempt it is infra_failed.

@@ -208,6 +208,7 @@ def _taken_over(url: str, victim: str, flight: set[str], why: str) -> None:
     assert lives[0][0] == "orphaned", lives
 
 
+@pytest.mark.long
 def test_two_runners_share_a_run_and_one_killed_loses_no_row(tmp_path: Path, pg_url: str) -> None:
     """Runner A starts the run, B joins it; A is SIGKILLed with an attempt in flight while both
     work. B takes A's instances over and finishes the run with the one-process outcomes."""
@@ -242,6 +243,7 @@ def test_two_runners_share_a_run_and_one_killed_loses_no_row(tmp_path: Path, pg_
     assert marks == ["started", "joined", "finished"]
 
 
+@pytest.mark.long
 def test_a_hung_runner_loses_its_work_when_its_lease_runs_out_and_then_stops(
     tmp_path: Path, pg_url: str
 ) -> None:

@@ -203,6 +203,7 @@ def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("when", ["first_attempt", "mid_run"])
 def test_sigkill_then_resume_gives_the_uninterrupted_outcomes_and_keeps_every_row(
     tmp_path: Path, when: str
@@ -259,6 +260,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_outcomes_and_keeps_every_ro
     assert marks[0] == "started" and marks[-2:] == ["resumed", "finished"]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_marks_attempts_interrupted_and_stops_the_server(tmp_path: Path, sig: signal.Signals) -> None:
     cfg_path = write_config(tmp_path, ids=IDS[:3], concurrency=2)

@@ -46,6 +46,7 @@ def marker() -> str:
     return f"wwmark{secrets.token_hex(4)}"
 
 
+@pytest.mark.long
 def test_each_attempt_starts_fresh_at_the_base_commit(new_box: Callable[..., Sandbox]) -> None:
     a, b = new_box(), new_box()
     assert a.run("echo changed > README.md && echo new > scratch.txt", timeout=30).exit_code == 0
@@ -56,6 +57,7 @@ def test_each_attempt_starts_fresh_at_the_base_commit(new_box: Callable[..., San
     assert "scratch.txt" not in head.output and "changed" not in head.output
 
 
+@pytest.mark.long
 def test_exit_status_output_and_environment(new_box: Callable[..., Sandbox]) -> None:
     box = new_box()
     res = box.run("echo out; echo err >&2; echo $WW_VALUE; exit 3", timeout=30, env={"WW_VALUE": "given"})
@@ -63,6 +65,7 @@ def test_exit_status_output_and_environment(new_box: Callable[..., Sandbox]) -> 
     assert res.output.split() == ["out", "err", "given"]
 
 
+@pytest.mark.long
 def test_the_timeout_kills_everything_the_command_started(new_box: Callable[..., Sandbox]) -> None:
     box = new_box()
     mark = marker()

@@ -128,6 +128,7 @@ def _check(inst: dict[str, Any], root: Path) -> list[str]:
     return [f"{inst['instance_id']}: {p}" for p in problems]
 
 
+@pytest.mark.long
 def test_every_instance_is_well_formed(tmp_path: Path) -> None:
     """Tests alone: FAIL_TO_PASS fail, PASS_TO_PASS pass. Gold + tests: all pass. The wrong patch
     the simulator plays: some FAIL_TO_PASS test still fails."""

@@ -129,6 +129,7 @@ container_args = {json.dumps(PODMAN_ARGS)}
     return cfg
 
 
+@pytest.mark.long
 def test_a_container_run_graded_by_swebench_agrees_with_the_local_evaluation(
     tmp_path: Path, testbed_images: Callable[[int], str]
 ) -> None:

@@ -12,6 +12,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from wedgewatch.suites import load_bundled
 
 IDS = [i["instance_id"] for i in load_bundled()][:8]
@@ -19,6 +21,7 @@ KEYWORD = "discount"  # only wedgewatch__shopkit-0001's statement (the 6th sampl
 INSPECT = str(Path(sys.executable).with_name("inspect"))
 
 
+@pytest.mark.long
 def test_inspect_eval_log_under_wrap_is_audited_against_the_simulators_record(tmp_path: Path) -> None:
     by_id = {i["instance_id"]: i for i in load_bundled()}
     suite = tmp_path / "suite.jsonl"

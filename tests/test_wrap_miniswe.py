@@ -16,6 +16,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from wedgewatch.suites import load_bundled
 
 MINI = str(Path(sys.executable).with_name("mini-extra"))
@@ -119,6 +121,7 @@ def struck_by_instance(tmp_path: Path) -> Counter[str]:
     return counts
 
 
+@pytest.mark.long
 def test_mini_swe_agent_batch_under_wrap_is_audited_against_the_simulators_record(tmp_path: Path) -> None:
     run_wrapped(tmp_path, setup(tmp_path, wedge=True), "out1")
     truth = struck_by_instance(tmp_path)
