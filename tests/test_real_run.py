@@ -42,6 +42,12 @@ log_dir = "{tmp_path}/logs"
 stop_grace = 2.0
 restart_backoff = 0.5
 
+# One short warm-up per life (test_real_supervisor checks the default two): at one thread the
+# default's 2 x 40 tokens are about 3.5 s of the machine per life.
+[server.warmup]
+count = 1
+max_tokens = 8
+
 [watchdog]
 ttft_timeout = 60.0
 stall_timeout = 20.0
