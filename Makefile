@@ -46,10 +46,11 @@ demo: $(STAMP)
 # interpreter would still compile wedgewatch modules edited since then, and the test modules, from
 # source again. Bytecode goes to the usual, git-ignored __pycache__ directories; sandboxes still
 # write none into a repository.
-# --dist loadgroup: tests marked with one xdist_group (the real llama.cpp, the Ray cluster) run on
-# one worker, so each is started once, not once per worker. -n 4 on 2 cores: many tests wait (on a
-# simulated deadline, a restart, a subprocess) while others compute, so four workers keep both
-# cores busy. Whole suite on 2 cores: -n 2 415-430 s (3 runs), -n 3 361 s (1), -n 4 343-365 s (3).
+# --dist loadgroup: tests marked with one xdist_group (a llama.cpp server, the Ray cluster, the
+# default demo) run on one worker, so each is started once, not once per worker (tests/conftest.py).
+# -n 4 on 2 cores: many tests wait (on a simulated deadline, a restart, a subprocess) while others
+# compute, so four workers keep both cores busy. Whole suite on 2 cores, 3 Dec: -n 3 281 s (1 run),
+# -n 4 248-256 s (4), -n 6 250-251 s (2).
 test: system-tools $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 4 --dist loadgroup $(PYTEST_ARGS)
 

@@ -48,8 +48,7 @@ def arms(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {a["arm"]: a["runs"][0] for a in doc["arms"]}
 
 
-# A module fixture is made once per xdist worker: the tests that share the default demo (a minute of
-# CPU) run on one worker, so it runs once (`make test` uses --dist loadgroup).
+# The tests that share the default demo run on one worker, so it runs once (tests/conftest.py).
 SHARES_THE_DEMO = pytest.mark.xdist_group("default-demo")
 
 
