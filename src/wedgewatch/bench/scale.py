@@ -136,7 +136,7 @@ def run_cell(
 
 
 async def _idle_pool(n: int, seconds: float, root: Path) -> dict[str, Any]:
-    from wedgewatch.bench.procfs import cpu_seconds, rss_mib
+    from wedgewatch.bench.procfs import rss_mib
     from wedgewatch.ledger import Ledger
     from wedgewatch.stack import Stack
 
@@ -154,9 +154,11 @@ async def _idle_pool(n: int, seconds: float, root: Path) -> dict[str, Any]:
         startup = time.monotonic() - t0
         try:
             rows0 = lg.query("SELECT COUNT(*) FROM metric_samples")[0][0]
-            cpu0, w0 = cpu_seconds(me), time.monotonic()
+            # The driver is this process, so read its CPU clock in nanoseconds: /proc's ticks are
+            # 10 ms, and an idle pool's driver can spend less than one tick in a short window.
+            cpu0, w0 = time.process_time(), time.monotonic()
             await asyncio.sleep(seconds)
-            cpu1, w1 = cpu_seconds(me), time.monotonic()
+            cpu1, w1 = time.process_time(), time.monotonic()
             rows1 = lg.query("SELECT COUNT(*) FROM metric_samples")[0][0]
             rss = rss_mib(me)
         finally:
