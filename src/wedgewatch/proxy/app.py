@@ -28,6 +28,7 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.protocols import Router, Upstream
 from wedgewatch.proxy.arrival import Arrival, wait_for_life
 from wedgewatch.proxy.assemble import Kind
+from wedgewatch.proxy.body import runs_detached
 from wedgewatch.proxy.context import Context
 from wedgewatch.proxy.engine import EngineWatch
 from wedgewatch.proxy.exchange import Exchange
@@ -47,6 +48,8 @@ GENERATIONS: dict[str, Kind] = {
     "/v1/completions": "completion",
     "/chat/completions": "chat",
     "/completions": "completion",
+    "/v1/responses": "responses",
+    "/responses": "responses",
 }
 _ATTEMPT = re.compile(r"^/a/([A-Za-z0-9._:-]{1,128})(/.*)$")
 
@@ -172,6 +175,8 @@ class Proxy:
         else:
             attempt_id = request.headers.get(self.watchdog.tag_header) or None
         kind = GENERATIONS.get(path) if request.method == "POST" else None
+        if kind == "responses" and runs_detached(await request.read()):
+            kind = None  # a background response: answered at once, generated detached
         # A restart (or a first life not yet ready) is not an error for a request that arrives
         # meanwhile: it waits for the next ready life, then goes to that life's address (in a
         # pool: for any member's, then to the member the router picks among the ready ones).

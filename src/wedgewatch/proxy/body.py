@@ -31,10 +31,12 @@ class Refused(NamedTuple):
 _NOT_OBJECT = Refused("invalid_json", "the request body is not a JSON object")
 
 
-def rewrite(raw: bytes) -> Asked | Refused:
+def rewrite(raw: bytes, responses: bool = False) -> Asked | Refused:
     """What the client's error is when the body cannot be sent on (answered 400): not a JSON
     object, or a ``stream`` that is not a boolean. The upstream answers a ``"stream": "yes"``
-    with a 400 of its own, but it never sees the client's value: the proxy streams regardless."""
+    with a 400 of its own, but it never sees the client's value: the proxy streams regardless.
+    A Responses API body (``responses``) gets no ``stream_options``: its stream always ends with
+    the usage, and vLLM's Responses server does not take ``include_usage``."""
     try:
         body = json.loads(raw)
     except ValueError:
@@ -50,11 +52,25 @@ def rewrite(raw: bytes) -> Asked | Refused:
     opts = body.get("stream_options")
     opts = opts if isinstance(opts, dict) else {}
     body["stream"] = True
-    body["stream_options"] = {**opts, "include_usage": True}
+    if not responses:
+        body["stream_options"] = {**opts, "include_usage": True}
     return Asked(
         body=body,
         payload=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
         model=model if isinstance(model, str) else None,
         client_stream=client_stream,
-        want_usage=client_stream and opts.get("include_usage") is True,
+        want_usage=client_stream and opts.get("include_usage") is True and not responses,
     )
+
+
+def runs_detached(raw: bytes) -> bool:
+    """A Responses API request with ``background: true``: the server answers at once with a
+    queued response and generates detached from the connection, so there is no stream to watch
+    (the proxy passes it through)."""
+    if b'"background"' not in raw:
+        return False
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("background") is True

@@ -22,22 +22,28 @@ from multidict import CIMultiDict
 from wedgewatch.clock import Timer
 from wedgewatch.protocols import Upstream
 from wedgewatch.proxy.arrival import Arrival
-from wedgewatch.proxy.assemble import Assembler, Kind
+from wedgewatch.proxy.assemble import Kind
 from wedgewatch.proxy.body import Refused, rewrite
 from wedgewatch.proxy.context import Context
 from wedgewatch.proxy.ending import Ending
 from wedgewatch.proxy.http import REQUEST_ID_HEADER, error_object, error_response, forward_headers
 from wedgewatch.proxy.progress import error_outcome
-from wedgewatch.proxy.relay import Relay, decode
+from wedgewatch.proxy.relay import Relay, StreamRelay, decode
+from wedgewatch.proxy.responses import ResponsesRelay
 from wedgewatch.proxy.upstream import post
 from wedgewatch.proxy.watch import Stall, Watch
-from wedgewatch.sse import SSEParser, encode_data
+from wedgewatch.sse import SSEParser
 from wedgewatch.vocab import CLIENT_DISCONNECT, CLIENT_ERROR, CONNECTION, OK, upstream_http
 
 log = logging.getLogger(__name__)
 
 _CLIENT_GONE = (ConnectionError, aiohttp.ClientConnectionResetError)
 _UPSTREAM_FAILED = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+_RELAYS: dict[Kind, type[Relay] | type[ResponsesRelay]] = {
+    "chat": Relay,
+    "completion": Relay,
+    "responses": ResponsesRelay,
+}
 
 
 class _Stalled(Exception):
@@ -68,7 +74,7 @@ class Exchange:
         self.model: str | None = None
         self.client_stream = False
         self.stall: Stall | None = None
-        self.relay = Relay(self.watch)
+        self.relay: StreamRelay = _RELAYS[kind](self.watch, kind)
         self.out: web.StreamResponse | None = None  # set once the client's stream has begun
         self._held: list[bytes] = []  # frames before the first token: sent with it, or never
         self._tail: list[bytes] = []  # frames from [DONE] on: sent with the end, after the row
@@ -139,7 +145,7 @@ class Exchange:
                 self._resp.release()
 
     async def _run(self) -> web.StreamResponse:
-        asked = rewrite(await self.request.read())
+        asked = rewrite(await self.request.read(), responses=self.kind == "responses")
         if isinstance(asked, Refused):
             await self._end(CLIENT_ERROR, 400, {"error": asked.message})
             return error_response(
@@ -221,8 +227,6 @@ class Exchange:
         content = resp.content
         clock = self.ctx.clock
         relay = self.relay
-        if not self.client_stream:
-            relay.asm = Assembler(self.kind)
         # The server's own headers go on to the client (CORS, its request id, X-Accel-Buffering).
         self._up = forward_headers(resp.headers, drop=("content-encoding",))
         eof = False
@@ -271,7 +275,7 @@ class Exchange:
         if relay.error is not None:
             return await self._in_stream_error()
         if not relay.done and relay.finish is None:
-            msg = f"the upstream stream ended without [DONE] after {self.watch.tokens} tokens"
+            msg = f"the upstream stream ended without {relay.END} after {self.watch.tokens} tokens"
             return await self._fail(CONNECTION, 502, "upstream_error", msg)
         return await self._ok()
 
@@ -287,8 +291,8 @@ class Exchange:
 
     async def _ok(self) -> web.StreamResponse:
         finish = {"finish_reason": self.relay.finish}
-        if self.relay.asm is not None:
-            answer = self.relay.asm.answer()
+        if not self.client_stream:
+            answer = self.relay.answer()
             await self._end(OK, 200, finish)
             headers = self._up.copy()
             headers.popall("Content-Type", None)  # the stream's type: the answer is JSON
@@ -353,7 +357,7 @@ class Exchange:
             return error_response(status, obj, self.request_id)
         await self._end(outcome, 200, {"error": message, **(extra or {})})
         try:
-            await self.out.write(b"".join(self.relay.release()) + encode_data(obj))
+            await self.out.write(b"".join(self.relay.release()) + self.relay.error_frame(obj))
             await self.out.write_eof()
         except _CLIENT_GONE:
             pass

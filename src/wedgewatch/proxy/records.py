@@ -54,8 +54,9 @@ def request_row(
         "duration": duration,
         "outcome": outcome,
         "http_status": http_status,
-        "prompt_tokens": usage.get("prompt_tokens"),
-        "completion_tokens": usage.get("completion_tokens"),
+        # Chat and completions name them so; the Responses API input_tokens and output_tokens.
+        "prompt_tokens": usage.get("prompt_tokens", usage.get("input_tokens")),
+        "completion_tokens": usage.get("completion_tokens", usage.get("output_tokens")),
         "age_seconds": life.age_seconds if life else None,
         "age_requests": life.age_requests if life else None,
         "age_tokens": life.age_tokens if life else None,

@@ -14,12 +14,12 @@ beyond the standard ones go back onto it, where the server puts them for such a 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
-from wedgewatch.proxy.assemble import Assembler
+from wedgewatch.proxy.assemble import Assembler, Kind
 from wedgewatch.proxy.progress import finish_reason, has_usage, is_error, is_progress, progress_of
 from wedgewatch.proxy.watch import Watch
-from wedgewatch.sse import DONE, SSEEvent
+from wedgewatch.sse import DONE, SSEEvent, encode_data
 
 # The fields of a chunk every OpenAI-compatible server sends; the rest are the server's own.
 _STANDARD = frozenset(
@@ -35,13 +35,34 @@ def decode(data: bytes) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
-class Relay:
-    __slots__ = ("asm", "done", "error", "finish", "kept", "usage", "want_usage", "watch")
+class StreamRelay(Protocol):
+    """One request's reading of its upstream stream: chat and completions (``Relay``) or the
+    Responses API (``responses.ResponsesRelay``)."""
 
-    def __init__(self, watch: Watch) -> None:
+    END: str  # what ends a whole stream, for the message of a cut one
+    want_usage: bool
+    done: bool
+    finish: str | None
+    usage: dict[str, Any] | None
+    error: dict[str, Any] | None
+
+    def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool) -> list[bytes]: ...
+    def assemble(self, events: list[SSEEvent], now: float) -> None: ...
+    def release(self) -> list[bytes]: ...
+    def answer(self) -> dict[str, Any]: ...
+    def error_frame(self, obj: dict[str, Any]) -> bytes: ...
+
+
+class Relay:
+    __slots__ = ("asm", "done", "error", "finish", "kept", "kind", "usage", "want_usage", "watch")
+
+    END = "[DONE]"
+
+    def __init__(self, watch: Watch, kind: Kind = "chat") -> None:
         self.watch = watch
+        self.kind = kind
         self.want_usage = False  # the streaming client asked for the usage chunk itself
-        self.asm: Assembler | None = None  # set for a non-streaming client
+        self.asm: Assembler | None = None  # made for a non-streaming client
         self.done = False  # the upstream said [DONE]: what follows cannot fail the request
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
@@ -99,8 +120,9 @@ class Relay:
 
     def assemble(self, events: list[SSEEvent], now: float) -> None:
         """A non-streaming client's events: decode each and feed the assembler."""
+        if self.asm is None:
+            self.asm = Assembler(self.kind)
         asm = self.asm
-        assert asm is not None
         for ev in events:
             data = ev.data
             if data is None:
@@ -122,6 +144,14 @@ class Relay:
             for choice in obj.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("finish_reason") is not None:
                     self.finish = choice["finish_reason"]
+
+    def answer(self) -> dict[str, Any]:
+        """The non-streaming client's answer, assembled from the chunks."""
+        return self.asm.answer() if self.asm is not None else {}
+
+    def error_frame(self, obj: dict[str, Any]) -> bytes:
+        """The proxy's own error once the stream has begun: a last ``data:`` line (the SDK raises)."""
+        return encode_data(obj)
 
 
 def _frame(data: bytes) -> bytes:

@@ -10,7 +10,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from wedgewatch.sim import tokenizer
 from wedgewatch.sim.policy import PolicyReply
@@ -63,6 +63,15 @@ def plan_reply(reply: PolicyReply, max_tokens: int, stop: list[str], tools_allow
     else:
         finish = "tool_calls" if calls else "stop"
     return Reply(units, finish, stop_reason, calls)
+
+
+class Encoder(Protocol):
+    """One answer's bytes in one API's shape (chat, completions, the Responses API)."""
+
+    def role_chunk(self) -> bytes: ...
+    def unit_chunks(self) -> list[bytes]: ...
+    def tail(self, prompt: int, completion: int, include_usage: bool) -> bytes: ...
+    def body(self, prompt: int) -> dict[str, Any]: ...
 
 
 class ChatEncoder:
@@ -128,6 +137,10 @@ class ChatEncoder:
             "usage": _usage(prompt, completion),
         }
         return b"data: " + _j(body).encode() + b"\n\n"
+
+    def tail(self, prompt: int, completion: int, include_usage: bool) -> bytes:
+        """What follows the last token: the usage chunk when asked for, then ``[DONE]``."""
+        return (self.usage_chunk(prompt, completion) if include_usage else b"") + DONE
 
     def body(self, prompt: int) -> dict[str, Any]:
         r = self.reply
@@ -213,6 +226,10 @@ class CompletionEncoder:
             "usage": _usage(prompt, completion),
         }
         return b"data: " + _j(body).encode() + b"\n\n"
+
+    def tail(self, prompt: int, completion: int, include_usage: bool) -> bytes:
+        """What follows the last token: the usage chunk when asked for, then ``[DONE]``."""
+        return (self.usage_chunk(prompt, completion) if include_usage else b"") + DONE
 
     def body(self, prompt: int) -> dict[str, Any]:
         r = self.reply

@@ -16,20 +16,26 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
 
-from wedgewatch.sim.chunks import DONE, PING, ChatEncoder, CompletionEncoder, Reply
+from wedgewatch.sim.chunks import PING, ChatEncoder, CompletionEncoder, Encoder, Reply
 from wedgewatch.sim.engine import Engine
 from wedgewatch.sim.parse import GenRequest
+from wedgewatch.sim.responses import ResponsesEncoder
 from wedgewatch.sim.scenario import Fault
 from wedgewatch.sim.sched import Ticket
 
 log = logging.getLogger(__name__)
 
 _BOUNDARY_ACTIONS = ("stall_after", "drop", "crash", "wedge")
+_ENCODERS: dict[str, Callable[[str, Reply], Encoder]] = {
+    "chat": ChatEncoder,
+    "completion": CompletionEncoder,
+    "responses": ResponsesEncoder,
+}
 
 
 class Generation:
@@ -49,9 +55,7 @@ class Generation:
         self.fault = fault
         self.arrived = arrived
         self.loop = asyncio.get_running_loop()
-        self.enc = (
-            ChatEncoder(req.model, reply) if req.kind == "chat" else CompletionEncoder(req.model, reply)
-        )
+        self.enc = _ENCODERS[req.kind](req.model, reply)
         self.resp: web.StreamResponse | None = None
         self.ping = engine.ping
         self.last_write = arrived
@@ -129,10 +133,7 @@ class Generation:
         m.success["length" if self.reply.finish_reason == "length" else "stop"] += 1
         if self.resp is None:
             return web.json_response(self.enc.body(req.prompt_tokens))
-        tail = DONE
-        if req.include_usage:
-            tail = self.enc.usage_chunk(req.prompt_tokens, n) + DONE
-        await self.resp.write(tail)
+        await self.resp.write(self.enc.tail(req.prompt_tokens, n, req.include_usage))
         await self.resp.write_eof()
         return self.resp
 

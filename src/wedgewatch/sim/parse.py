@@ -10,6 +10,8 @@ from aiohttp import web
 
 from wedgewatch.sim import tokenizer
 
+Kind = Literal["chat", "completion", "responses"]
+
 _ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
 
 
@@ -36,7 +38,7 @@ def error_response(status: int, message: str, param: str | None = None) -> web.R
 class GenRequest:
     """A validated generation request."""
 
-    kind: Literal["chat", "completion"]
+    kind: Kind
     model: str
     adapter: str | None  # the LoRA adapter it is served as, or None for the base model
     messages: list[dict[str, Any]]
@@ -64,9 +66,57 @@ def _int_or_none(body: dict[str, Any], key: str) -> int | None:
     return v
 
 
+def _responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Responses API's ``instructions`` and ``input`` as the chat messages the policy reads:
+    message items keep their role and text, a ``function_call`` item is an assistant tool call,
+    a ``function_call_output`` item a tool message; reasoning items carry nothing to read."""
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _bad("instructions must be a string", "instructions")
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    items = body.get("input")
+    if isinstance(items, str):
+        return [*messages, {"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise _bad("input must be a string or a non-empty list of items", "input")
+    for i, item in enumerate(items):
+        kind = item.get("type", "message") if isinstance(item, dict) else None
+        if kind == "message" and isinstance(item.get("role"), str):
+            messages.append({"role": item["role"], "content": item.get("content")})
+        elif kind == "function_call":
+            call = {"name": item.get("name"), "arguments": item.get("arguments", "")}
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": item.get("call_id"), "type": "function", "function": call}],
+                }
+            )
+        elif kind == "function_call_output":
+            messages.append(
+                {"role": "tool", "tool_call_id": item.get("call_id"), "content": str(item.get("output", ""))}
+            )
+        elif kind != "reasoning":
+            raise _bad(f"input[{i}] must be a message, function_call or function_call_output item", "input")
+    return messages
+
+
+def _responses_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """Responses function tools (``{"type": "function", "name", "parameters"}``) in chat shape."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str) for t in tools
+    ):
+        raise _bad("tools must be a list of function tools (the simulator has no built-in tools)", "tools")
+    return [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in tools]
+
+
 def parse(
     body: Any,
-    kind: Literal["chat", "completion"],
+    kind: Kind,
     served_names: list[str],
     adapters: dict[str, str],
     max_model_len: int,
@@ -92,21 +142,25 @@ def parse(
     if not isinstance(opts, dict):
         raise _bad("stream_options must be an object", "stream_options")
     include_usage = bool(opts.get("include_usage", False))
-    max_tokens = _int_or_none(body, "max_completion_tokens") or _int_or_none(body, "max_tokens")
+    max_tokens = (
+        _int_or_none(body, "max_output_tokens")
+        if kind == "responses"
+        else _int_or_none(body, "max_completion_tokens") or _int_or_none(body, "max_tokens")
+    )
     stop = body.get("stop") or []
     if isinstance(stop, str):
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
         raise _bad("stop must be a string or a list of strings", "stop")
 
-    tools = body.get("tools")
+    tools = body.get("tools") if kind != "responses" else _responses_tools(body.get("tools"))
     if tools is not None and not (
         isinstance(tools, list)
         and all(isinstance(t, dict) and isinstance(t.get("function"), dict) for t in tools)
     ):
         raise _bad("tools must be a list of function tools", "tools")
-    if kind == "chat":
-        messages = body.get("messages")
+    if kind != "completion":
+        messages = body.get("messages") if kind == "chat" else _responses_messages(body)
         if not isinstance(messages, list) or not messages:
             raise _bad("messages must be a non-empty list", "messages")
         for i, m in enumerate(messages):
@@ -154,7 +208,7 @@ def parse(
                 f"{total} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). "
                 "Please reduce the length of the messages or completion."
             )
-        raise _bad(msg, "messages" if kind == "chat" else "prompt")
+        raise _bad(msg, {"chat": "messages", "responses": "input"}.get(kind, "prompt"))
     return GenRequest(
         kind=kind,
         model=model,

@@ -7,7 +7,6 @@ import json
 import logging
 import signal
 from collections.abc import Callable
-from typing import Literal
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -19,7 +18,7 @@ from wedgewatch.sim.engine import Engine, SimOptions
 from wedgewatch.sim.faults import RequestKey
 from wedgewatch.sim.generation import Generation
 from wedgewatch.sim.metrics import make_registry, render
-from wedgewatch.sim.parse import RequestRejected, error_response, parse
+from wedgewatch.sim.parse import Kind, RequestRejected, error_response, parse
 from wedgewatch.sim.policy import PolicyRequest, get_policy
 from wedgewatch.sim.scenario import Scenario, load_scenario
 
@@ -96,7 +95,7 @@ async def sim_stats(request: web.Request) -> web.Response:
     return web.json_response(request.app[ENGINE].info())
 
 
-async def _generate(request: web.Request, kind: Literal["chat", "completion"]) -> web.StreamResponse:
+async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     e = request.app[ENGINE]
     arrived = asyncio.get_running_loop().time()
     if not e.ready():
@@ -124,7 +123,7 @@ async def _generate(request: web.Request, kind: Literal["chat", "completion"]) -
     limit = req.max_tokens or max(e.opts.max_model_len - req.prompt_tokens, 1)
     answer = e.policy.reply(
         PolicyRequest(
-            kind=kind,
+            kind="completion" if kind == "completion" else "chat",  # a Responses input is a conversation
             model=req.model,
             messages=req.messages,
             tools=req.tools,
@@ -145,6 +144,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, "completion")
 
 
+async def responses(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "responses")
+
+
 def build_app(engine: Engine) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[ENGINE] = engine
@@ -156,6 +159,7 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_get("/sim/stats", sim_stats)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/responses", responses)
     return app
 
 

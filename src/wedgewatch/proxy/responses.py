@@ -1,0 +1,153 @@
+"""What a Responses API stream (``POST /v1/responses``) has said so far, and the frames to pass on.
+
+The same questions as ``relay.Relay`` asks of a chat stream, for the other shape vLLM and SGLang
+serve: typed events, each framed as ``event: <type>`` plus one ``data:`` line, and no ``[DONE]``.
+
+- **Progress** is an event that carries generated text: any ``*.delta`` event with a non-empty
+  ``delta`` (output text, reasoning text, a function call's arguments, a refusal), and the
+  ``response.output_item.added`` that opens a function call (it carries the call's name, the
+  call's first token). ``response.created``, ``in_progress``, the other item and part events and
+  the ``*.done`` events repeat what was sent or carry nothing new: not progress. As in a chat
+  stream, ``"delta":"`` can only match a real key: inside a JSON string every ``"`` is escaped.
+- **The end** is ``response.completed``, or ``response.incomplete`` (the token limit, a content
+  filter): it carries the whole response and its usage. A stream that closes before it was cut.
+- **An error** is an ``error`` event, a ``response.failed`` event (its ``response.error``), or a
+  chat-style ``{"error": ...}`` object; it is kept in the chat shape so the proxy's endings read
+  it unchanged.
+
+A non-streaming client gets the response object of the terminal event: the answer the server
+would have given it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from wedgewatch.proxy.assemble import Kind
+from wedgewatch.proxy.progress import is_error
+from wedgewatch.proxy.relay import decode
+from wedgewatch.proxy.watch import Watch
+from wedgewatch.sse import SSEEvent
+
+_TYPE = re.compile(rb'"type"\s*:\s*"((?:response\.[A-Za-z_.]+)|error)"')
+_DELTA = b'"delta":"'
+_TERMINAL = frozenset({"response.completed", "response.incomplete"})
+_DECODED = _TERMINAL | {"response.failed", "error"}
+
+
+def event_type(ev: SSEEvent) -> str | None:
+    """The event's type: its ``event:`` line, else the ``type`` of its data (the only top-level
+    type that starts with ``response.``; item and part types never do)."""
+    if ev.event:
+        return ev.event
+    m = _TYPE.search(ev.data) if ev.data else None
+    return m.group(1).decode() if m is not None else None
+
+
+def is_progress(kind: str | None, data: bytes) -> bool:
+    """Does this event carry generated tokens? Decodes JSON only when the bytes cannot tell."""
+    i = data.find(_DELTA)
+    if i >= 0:
+        return data[i + len(_DELTA) : i + len(_DELTA) + 1] != b'"'
+    if kind == "response.output_item.added":
+        return b'"function_call"' in data or (b'": ' in data and _opens_call(decode(data)))
+    if kind is not None and kind.endswith(".delta") and b'"delta": "' in data:
+        obj = decode(data)  # pretty-printed JSON: ask the decoded event
+        return obj is not None and isinstance(obj.get("delta"), str) and obj["delta"] != ""
+    return False
+
+
+def _opens_call(obj: dict[str, Any] | None) -> bool:
+    item = obj.get("item") if obj is not None else None
+    return isinstance(item, dict) and item.get("type") == "function_call"
+
+
+def _error(kind: str | None, obj: dict[str, Any]) -> dict[str, Any]:
+    """The upstream's error in the chat shape ``{"error": {...}}`` the endings read."""
+    if kind == "response.failed":
+        resp = obj.get("response")
+        err = resp.get("error") if isinstance(resp, dict) else None
+        return {"error": err if isinstance(err, dict) else {"message": "response.failed"}}
+    if kind == "error":
+        return {"error": {k: v for k, v in obj.items() if k not in ("type", "sequence_number")}}
+    return obj
+
+
+def error_frame(obj: dict[str, Any]) -> bytes:
+    """The proxy's own error once the stream has begun: an ``error`` event (what a Responses
+    client reads) that also holds the OpenAI error object under ``error``, which the OpenAI SDK
+    raises as ``APIError`` at once, as it does for a chat stream."""
+    err = obj.get("error") or {}
+    event = {"type": "error", "code": err.get("code"), "message": err.get("message"), "param": None, **obj}
+    return b"event: error\ndata: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+class ResponsesRelay:
+    """``Relay``'s interface over a Responses API stream."""
+
+    __slots__ = ("done", "error", "finish", "response", "usage", "want_usage", "watch")
+
+    END = "response.completed"
+
+    def __init__(self, watch: Watch, kind: Kind = "responses") -> None:
+        self.watch = watch
+        self.want_usage = False  # usage always comes, inside the terminal event
+        self.done = False  # the terminal event came: what follows cannot fail the request
+        self.finish: str | None = None  # completed, or the reason the response is incomplete
+        self.usage: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+        self.response: dict[str, Any] | None = None  # the terminal event's whole response
+
+    def _see(self, ev: SSEEvent, now: float) -> None:
+        """Classify one event: progress, the end, or an error; every event is passed on."""
+        data = ev.data
+        assert data is not None
+        kind = event_type(ev)
+        if is_progress(kind, data):
+            self.watch.progress(now)
+        elif kind in _DECODED or (kind is None and is_error(data)):
+            obj = decode(data) or {}
+            if kind in _TERMINAL:
+                resp = obj.get("response")
+                self.response = resp if isinstance(resp, dict) else {}
+                self.done = True
+                usage = self.response.get("usage")
+                self.usage = usage if isinstance(usage, dict) else None
+                details = self.response.get("incomplete_details")
+                reason = details.get("reason") if isinstance(details, dict) else None
+                self.finish = str(reason or self.response.get("status") or kind.rsplit(".", 1)[1])
+            else:
+                self.error = _error(kind, obj)
+
+    def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool) -> list[bytes]:
+        frames: list[bytes] = []
+        for ev in events:
+            if ev.data is None:
+                if begun and ev.comments:
+                    frames.append(b"".join(b": " + c + b"\n" for c in ev.comments) + b"\n")
+                continue
+            self._see(ev, now)
+            frames.append(_frame(ev))
+        return frames
+
+    def assemble(self, events: list[SSEEvent], now: float) -> None:
+        for ev in events:
+            if ev.data is not None:
+                self._see(ev, now)
+
+    def release(self) -> list[bytes]:
+        return []  # nothing is kept back
+
+    def answer(self) -> dict[str, Any]:
+        return self.response or {}
+
+    def error_frame(self, obj: dict[str, Any]) -> bytes:
+        return error_frame(obj)
+
+
+def _frame(ev: SSEEvent) -> bytes:
+    head = b"event: " + ev.event.encode() + b"\n" if ev.event else b""
+    data = ev.data or b""
+    return head + b"".join(b"data: " + line + b"\n" for line in data.split(b"\n")) + b"\n"
