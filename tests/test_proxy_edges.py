@@ -107,7 +107,7 @@ async def test_a_gzip_request_body_goes_upstream_decoded_and_says_so(setup: Fact
             assert r.status == 200, await r.text()
             answer = await r.json()
         passed = gzip.compress(json.dumps({"input": "x"}).encode())
-        async with s.post(proxy.url + "/v1/responses", data=passed, headers=headers) as r:  # unwatched
+        async with s.post(proxy.url + "/v1/audio/speech", data=passed, headers=headers) as r:  # unwatched
             assert r.status == 200 and (await r.text()).count("output_text.delta") == 4
     assert answer["choices"][0]["message"]["content"] == "Hello there"
     sent, got = up.seen[0]
@@ -286,7 +286,7 @@ async def test_an_unwatched_endpoint_streams_through_past_the_passthrough_deadli
     arrived: list[tuple[float, bytes]] = []
     async with (
         aiohttp.ClientSession() as s,
-        s.post(proxy.url + "/v1/responses", json={"model": "m", "input": "go", "stream": True}) as r,
+        s.post(proxy.url + "/v1/audio/speech", json={"model": "m", "input": "go", "stream": True}) as r,
     ):
         assert r.status == 200
         async for chunk in r.content.iter_any():
@@ -307,7 +307,7 @@ async def test_a_read_keeps_the_short_deadline_and_a_stalled_post_is_cut_at_tota
             assert (await r.json())["error"]["code"] == "timeout"
         t0 = time.monotonic()
         with pytest.raises(aiohttp.ClientPayloadError):
-            async with s.post(proxy.url + "/v1/responses", json={"model": "m", "input": "STALL"}) as r:
+            async with s.post(proxy.url + "/v1/audio/speech", json={"model": "m", "input": "STALL"}) as r:
                 assert r.status == 200
                 await r.read()
         assert time.monotonic() - t0 >= 1.4  # not the 0.3 s of a read

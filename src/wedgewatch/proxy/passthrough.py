@@ -29,7 +29,8 @@ async def passthrough(
     url = upstream.base_url.rstrip("/") + path
     if request.query_string:
         url += "?" + request.query_string
-    data = await request.read() if request.can_read_body else None
+    # body_exists, not can_read_body: a Responses API body the dispatcher read is cached, not gone.
+    data = await request.read() if request.body_exists else None
     deadline = ctx.cfg.passthrough_timeout if request.method in _READS else ctx.cfg.total_timeout
     out: web.StreamResponse | None = None
     try:

@@ -8,8 +8,11 @@ error object with code 500 / 400, then ``[DONE]`` 0.1 s later: no token), ``STAL
 then silence), ``CUT`` (one token, then the end without ``[DONE]``), ``CUT0`` (a role chunk, then
 the end), ``TIMINGS`` (llama.cpp's stream when usage is asked for: two tokens, the finish chunk,
 then in a read of its own the usage-only chunk carrying ``timings``); anything else sends a role
-chunk and ends. Chat is served with and without ``/v1``;
-``/v1/responses`` streams an unwatched endpoint; a ``GET /v1/slow`` never answers."""
+chunk and ends. Chat is served with and without ``/v1``. ``/v1/responses`` answers by its
+``input``: ``CUT`` (one delta, then the end without ``response.completed``), ``ERROR`` (one
+delta, then an ``error`` event), ``FAILED0`` (``response.failed`` before any token).
+``/v1/audio/speech`` streams an endpoint the proxy does not watch; a ``GET /v1/slow`` never
+answers."""
 
 from __future__ import annotations
 
@@ -126,7 +129,31 @@ class ScriptedUpstream:
         return resp
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
-        """An endpoint the proxy does not watch, streaming: one event every 0.4 s; "STALL" stops
+        """The Responses API's endings the simulator does not produce."""
+        body = await request.json()
+        self.seen.append((dict(request.headers), body))
+        word = body["input"]
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+
+        async def event(obj: dict[str, Any]) -> None:
+            await resp.write(f"event: {obj['type']}\n".encode() + _sse(obj))
+
+        await event({"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}})
+        if word == "FAILED0":
+            error = {"code": "server_error", "message": "engine died"}
+            await event(
+                {"type": "response.failed", "response": {"id": "resp_1", "status": "failed", "error": error}}
+            )
+        else:
+            await event({"type": "response.output_text.delta", "item_id": "m", "delta": "Hi"})
+        if word == "ERROR":
+            await event({"type": "error", "code": "server_error", "message": "engine died", "param": None})
+        await resp.write_eof()
+        return resp
+
+    async def speech(self, request: web.Request) -> web.StreamResponse:
+        """A streaming endpoint the proxy does not watch: one event every 0.4 s; "STALL" stops
         after the first."""
         body = await request.json()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -149,6 +176,7 @@ class ScriptedUpstream:
         app.router.add_post("/v1/chat/completions", self.handle)
         app.router.add_post("/chat/completions", self.handle)  # llama.cpp serves it without /v1 too
         app.router.add_post("/v1/responses", self.responses)
+        app.router.add_post("/v1/audio/speech", self.speech)
         app.router.add_get("/v1/slow", self.slow_read)
         runner = web.AppRunner(app, handler_cancellation=True)
         await runner.setup()

@@ -1,0 +1,304 @@
+"""The Responses API (``POST /v1/responses``) through the watchdog proxy: the simulator as upstream
+(a real subprocess serving the API as vLLM does), the proxy in this process on a real socket, the
+OpenAI SDK's ``client.responses`` at its defaults (max_retries=2) as the client, a real SQLite
+ledger. Faults are keyed by a word in the input, as in test_proxy.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from conftest import RunningServer, launch
+from wedgewatch.config import WatchdogConfig
+from wedgewatch.events import Event, EventBus
+from wedgewatch.ledger import Ledger
+from wedgewatch.proxy import Proxy
+from wedgewatch.proxy.responses import is_progress
+from wedgewatch.sse import SSEParser
+from wedgewatch.testing import ScriptedUpstream
+
+KEY = "sk-wedgewatch-test-SECRET-7373"
+MODEL = "sim-model"
+MARGIN = 2.5  # as in test_proxy.py: what a busy machine adds to the SDK's view of a deadline
+
+SCENARIO = """
+name = "responses-tests"
+[server]
+tokens_per_s = 50.0
+
+[[fault]]
+when.contains = "STALL-TTFT"
+action = "stall_ttft"
+
+[[fault]]
+when.contains = "STALL-MID"
+action = "stall_after"
+after_tokens = 3
+
+[[fault]]
+when.contains = "HTTP-503"
+action = "http_error"
+status = 503
+
+[[fault]]
+when.contains = "DROP"
+action = "drop"
+after_tokens = 3
+"""
+
+TOOLS = [
+    {
+        "type": "function",
+        "name": "list_files",
+        "description": "List files",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "depth": {"type": "integer"}},
+        },
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    d = tmp_path_factory.mktemp("sim")
+    scenario = d / "faults.toml"
+    scenario.write_text(SCENARIO)
+    argv = [sys.executable, "-m", "wedgewatch", "sim", "--port", "0", "--scenario", str(scenario)]
+    server = launch([*argv, "--sse-ping-interval", "0.2"], d / "sim.log")
+    yield server
+    server.stop()
+
+
+class Harness:
+    def __init__(self, sim: RunningServer, proxy: Proxy, ledger: Ledger, events: list[Event]) -> None:
+        self.sim, self.proxy, self.ledger, self.events = sim, proxy, ledger, events
+
+    def client(self) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=self.proxy.url + "/a/att-r/v1", api_key=KEY)
+
+    async def stats(self) -> dict[str, Any]:
+        async with aiohttp.ClientSession() as s, s.get(self.sim.url + "/sim/stats") as r:
+            data: dict[str, Any] = await r.json()
+            return data
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.ledger.query("SELECT * FROM requests ORDER BY started_at")]
+
+
+@pytest.fixture
+async def harness(sim: RunningServer, tmp_path: Path) -> AsyncIterator[Harness]:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    bus = EventBus()
+    events: list[Event] = []
+    bus.subscribe(events.append)
+    cfg = WatchdogConfig(ttft_timeout=1, stall_timeout=1, min_rate=0, total_timeout=30)
+    proxy = Proxy(sim.url, cfg, ledger=ledger, bus=bus)
+    await proxy.start()
+    yield Harness(sim, proxy, ledger, events)
+    await proxy.stop()
+    ledger.close()
+
+
+async def _raw(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    async with aiohttp.ClientSession() as s, s.post(url + "/v1/responses", json=body) as r:
+        return r.status, await r.read()
+
+
+def _events(raw: bytes) -> list[tuple[str | None, dict[str, Any]]]:
+    parser = SSEParser()
+    evs = parser.feed(raw) + parser.close()
+    return [(e.event, json.loads(e.data)) for e in evs if e.data is not None]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "nostream"])
+@pytest.mark.parametrize(
+    ("kind", "prompt"), [("stall_ttft", "STALL-TTFT"), ("stall_midstream", "STALL-MID")], ids=["ttft", "mid"]
+)
+async def test_a_stalled_response_is_raised_at_once_without_retry(
+    harness: Harness, kind: str, prompt: str, stream: bool
+) -> None:
+    h = harness
+    before = await h.stats()
+    deltas: list[str] = []
+    t0 = time.monotonic()
+    with pytest.raises(openai.APIError) as info:
+        if stream:
+            events = await h.client().responses.create(model=MODEL, input=prompt, stream=True)
+            async for ev in events:
+                if ev.type == "response.output_text.delta":
+                    deltas.append(ev.delta)
+        else:
+            await h.client().responses.create(model=MODEL, input=prompt)
+    took = time.monotonic() - t0
+    err = info.value
+    assert isinstance(err.body, dict) and err.body["code"] == kind and err.body["type"] == "upstream_stalled"
+    begun = stream and kind == "stall_midstream"
+    if begun:  # the stream had begun: the SDK raised on the error event, after the 3 tokens
+        assert not isinstance(err, openai.APIStatusError) and len(deltas) == 3
+    else:
+        assert isinstance(err, openai.APIStatusError) and err.status_code == 503
+        assert err.response.headers["x-should-retry"] == "false"
+    assert 1.0 <= took <= (0.5 if kind == "stall_midstream" else 0.0) + 1.0 + MARGIN
+    after = await h.stats()
+    assert after["received"] - before["received"] == 1  # no retry
+    (row,) = h.rows()
+    assert row["outcome"] == kind and row["path"] == "/v1/responses" and row["attempt_id"] == "att-r"
+    assert row["tokens_out"] == (3 if kind == "stall_midstream" else 0)
+    assert row["http_status"] == (200 if begun else 503)
+    stalls = [e for e in h.events if e.kind == "stall"]
+    assert len(stalls) == 1 and stalls[0].attempt_id == "att-r"
+
+
+async def test_a_healthy_stream_goes_on_event_by_event_and_its_row_counts_the_tokens(
+    harness: Harness, sim: RunningServer
+) -> None:
+    h = harness
+    body = {"model": MODEL, "input": "Tell me a story.", "max_output_tokens": 40, "stream": True}
+    status, direct = await _raw(sim.url, body)
+    assert status == 200
+    status, proxied = await _raw(h.proxy.url, body)
+    assert status == 200
+    want, got = _events(direct), _events(proxied)
+    # the same events in the same order, each still framed with its event: line
+    assert [(name, obj["type"]) for name, obj in got] == [(name, obj["type"]) for name, obj in want]
+    assert all(name == obj["type"] for name, obj in got)
+    text = "".join(obj["delta"] for _, obj in got if obj["type"] == "response.output_text.delta")
+    assert text == "".join(obj["delta"] for _, obj in want if obj["type"] == "response.output_text.delta")
+    final = got[-1][1]["response"]
+    assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "max_output_tokens"}
+    (row,) = h.rows()
+    assert row["outcome"] == "ok" and row["client_stream"] == 1
+    assert row["tokens_out"] == 40 == final["usage"]["output_tokens"] == row["completion_tokens"]
+    assert row["prompt_tokens"] == final["usage"]["input_tokens"]
+    assert json.loads(row["detail_json"])["finish_reason"] == "max_output_tokens"
+    assert row["ttft"] is not None and row["ttft"] > 0
+
+
+@pytest.mark.parametrize("tools", [False, True], ids=["text", "function_call"])
+async def test_a_non_streaming_answer_is_the_upstreams_response(
+    harness: Harness, sim: RunningServer, tools: bool
+) -> None:
+    h = harness
+    body: dict[str, Any] = {"model": MODEL, "instructions": "Be brief.", "input": "Tell me a story."}
+    if tools:
+        body |= {"input": [{"role": "user", "content": "Please call list_files now."}], "tools": TOOLS}
+    status, raw = await _raw(sim.url, body)
+    assert status == 200
+    own = json.loads(raw)
+    res = await h.client().responses.create(**body)  # the proxy streamed it upstream
+    assert res.status == own["status"] == "completed"
+    assert res.usage is not None and res.usage.output_tokens == own["usage"]["output_tokens"]
+    assert [item.type for item in res.output] == [item["type"] for item in own["output"]]
+    if tools:
+        (call,) = res.output
+        assert call.type == "function_call" and call.name == "list_files"
+        assert json.loads(call.arguments) == {"path": "filler", "depth": 1}
+        assert call.call_id == own["output"][0]["call_id"]
+    else:
+        assert res.output_text == own["output"][0]["content"][0]["text"] and len(res.output_text) > 40
+    (row,) = h.rows()
+    assert row["outcome"] == "ok" and row["client_stream"] == 0
+    # every token counted as progress: each delta, and the event that names a function call
+    assert row["tokens_out"] == own["usage"]["output_tokens"] == row["completion_tokens"]
+
+
+async def test_upstream_errors_on_the_responses_api_are_infra_errors_the_sdk_does_not_retry(
+    harness: Harness,
+) -> None:
+    h = harness
+    before = await h.stats()
+    with pytest.raises(openai.InternalServerError) as info:
+        await h.client().responses.create(model=MODEL, input="HTTP-503 please")
+    assert info.value.status_code == 503 and info.value.response.headers["x-should-retry"] == "false"
+    with pytest.raises(openai.APIError) as cut:
+        events = await h.client().responses.create(model=MODEL, input="DROP it", stream=True)
+        async for _ in events:
+            pass
+    assert isinstance(cut.value.body, dict) and cut.value.body["code"] == "connection"
+    after = await h.stats()
+    assert after["received"] - before["received"] == 2
+    assert [r["outcome"] for r in h.rows()] == ["upstream_http_503", "connection"]
+    assert "after 3 tokens" in json.loads(h.rows()[1]["detail_json"])["error"]
+
+
+async def test_endings_the_simulator_does_not_send_are_read_as_a_responses_client_would(
+    tmp_path: Path,
+) -> None:
+    """From a scripted server: a stream that ends without ``response.completed`` is cut
+    (``connection``, the SDK raises on the proxy's error event); the server's ``error`` event
+    after a token is forwarded as it came and is the server's error in the row; a
+    ``response.failed`` before any token is the server's error, answered with its status."""
+    up = ScriptedUpstream()
+    async with up.serve() as url:
+        with Ledger(tmp_path / "l.sqlite") as ledger:
+            proxy = Proxy(url, WatchdogConfig(ttft_timeout=2, stall_timeout=2), ledger=ledger)
+            await proxy.start()
+            try:
+                client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key=KEY)
+                raised: dict[str, openai.APIError] = {}
+                for word in ("CUT", "FAILED0"):
+                    with pytest.raises(openai.APIError) as info:
+                        events = await client.responses.create(model="m", input=word, stream=True)
+                        async for _ in events:
+                            pass
+                    raised[word] = info.value
+                # The server's own error event goes on as it came: the SDK hands it over as an event.
+                events = await client.responses.create(model="m", input="ERROR", stream=True)
+                seen = [ev async for ev in events]
+            finally:
+                await proxy.stop()
+            rows = [dict(r) for r in ledger.query("SELECT * FROM requests ORDER BY started_at")]
+    assert len(up.seen) == 3  # one request each: no retry
+    assert [(r["outcome"], r["http_status"], r["tokens_out"]) for r in rows] == [
+        ("connection", 200, 1),
+        ("upstream_http_500", 500, 0),
+        ("upstream_http_500", 200, 1),
+    ]
+    assert "ended without response.completed after 1 tokens" in json.loads(rows[0]["detail_json"])["error"]
+    assert raised["CUT"].body is not None and raised["CUT"].body["code"] == "connection"  # type: ignore[index]
+    assert [ev.type for ev in seen] == ["response.created", "response.output_text.delta", "error"]
+    assert getattr(seen[-1], "message", None) == "engine died"
+    failed = raised["FAILED0"]
+    assert (
+        isinstance(failed, openai.InternalServerError)
+        and failed.response.headers["x-should-retry"] == "false"
+    )
+    assert "engine died" in json.loads(rows[1]["detail_json"])["error"]
+    assert json.loads(rows[2]["detail_json"])["error"] == "engine died"
+
+
+async def test_a_background_response_is_passed_through_unwatched(harness: Harness) -> None:
+    """``background: true`` answers at once and generates detached: there is no stream to watch."""
+    h = harness
+    status, raw = await _raw(h.proxy.url, {"model": MODEL, "input": "Tell me a story.", "background": True})
+    assert status == 200 and json.loads(raw)["object"] == "response"
+    assert h.rows() == []
+
+
+@pytest.mark.parametrize(
+    ("event", "progress"),
+    [
+        (b'{"type":"response.output_text.delta","delta":"Hi","item_id":"m"}', True),
+        (b'{"content_index":0,"delta":"x","type":"response.reasoning_text.delta"}', True),
+        (b'{"type":"response.function_call_arguments.delta","delta":"{\\"a"}', True),
+        (b'{"type": "response.output_text.delta", "delta": "pretty"}', True),
+        (b'{"type":"response.output_text.delta","delta":""}', False),
+        (b'{"type":"response.output_item.added","item":{"type":"function_call","name":"f"}}', True),
+        (b'{"type":"response.output_item.added","item":{"type":"message","content":[]}}', False),
+        (b'{"type":"response.output_text.done","text":"\\"delta\\":\\"x"}', False),
+        (b'{"type":"response.created","response":{"instructions":"say \\"delta\\":\\"no\\""}}', False),
+    ],
+)
+def test_progress_is_generated_text_and_a_call_being_named(event: bytes, progress: bool) -> None:
+    kind = json.loads(event)["type"]
+    assert is_progress(kind, event) is progress
