@@ -196,3 +196,47 @@ async def test_sigstop_midstream_is_stall_midstream_within_the_window(
     direct = openai.AsyncOpenAI(base_url=llama.v1, api_key="x", max_retries=0, timeout=60)
     again = await direct.chat.completions.create(model=ALIAS, messages=HELLO, max_tokens=4, temperature=0)
     assert again.usage is not None and again.usage.completion_tokens == 4
+
+
+async def test_the_responses_api_is_watched_on_the_real_server_too(
+    llama: RunningServer, tmp_path: Path
+) -> None:
+    """llama.cpp serves ``/v1/responses``: the proxy's non-streaming answer is the server's own
+    response, each token of a stream counts, and a frozen server is ``stall_midstream``."""
+    direct = openai.AsyncOpenAI(base_url=llama.v1, api_key="x", max_retries=0, timeout=60)
+    own = await direct.responses.create(
+        model=ALIAS, input="Write hello world.", max_output_tokens=16, temperature=0
+    )
+    pid = llama.proc.pid
+    async with Proxy(llama.url, WATCHDOG, records_path=tmp_path / "req.jsonl") as proxy:
+        via = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        got = await via.responses.create(
+            model=ALIAS, input="Write hello world.", max_output_tokens=16, temperature=0
+        )
+        stream = await via.responses.create(
+            model=ALIAS, input="Write hello world.", max_output_tokens=1500, temperature=0, stream=True
+        )
+        deltas = 0
+        stopped_at: float | None = None
+        try:
+            with pytest.raises(openai.APIError) as caught:
+                async for ev in stream:
+                    if ev.type == "response.output_text.delta":
+                        deltas += 1
+                        if deltas == 5:
+                            os.kill(pid, signal.SIGSTOP)
+                            stopped_at = time.monotonic()
+            ended_after = time.monotonic() - (stopped_at or 0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    assert got.output_text == own.output_text and got.output_text
+    assert got.usage is not None and own.usage is not None
+    assert got.usage.output_tokens == own.usage.output_tokens == 16
+    assert stopped_at is not None
+    body = caught.value.body
+    assert isinstance(body, dict) and body.get("code") == "stall_midstream", body
+    assert STALL - 0.5 <= ended_after <= STALL + 5, ended_after
+    whole, frozen = records(tmp_path / "req.jsonl")
+    assert whole["path"] == "/v1/responses" and whole["outcome"] == "ok"
+    assert whole["tokens_out"] == whole["completion_tokens"] == 16 and whole["prompt_tokens"] > 0
+    assert frozen["outcome"] == "stall_midstream" and frozen["tokens_out"] >= 5

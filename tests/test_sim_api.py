@@ -119,6 +119,72 @@ def test_errors_bad_body_unknown_model_context_limit(start_sim) -> None:  # type
     assert stats(s.url)["received"] == 0 and stats(s.url)["rejected"] == 5
 
 
+def test_the_responses_api_streamed_and_whole(start_sim) -> None:  # type: ignore[no-untyped-def]
+    """``/v1/responses`` as vLLM serves it: typed events framed with ``event:`` lines and
+    numbered, output items opened and closed around their deltas, ``response.completed`` with the
+    whole response and its usage; a conversation of items, function tools, and its errors."""
+    s = start_sim(*FAST, "--max-model-len", "400")
+    c = client(s.url)
+    whole = c.responses.create(
+        model="sim-model", instructions="Be brief.", input="Tell me.", max_output_tokens=9
+    )
+    assert whole.status == "incomplete" and whole.incomplete_details is not None
+    assert whole.incomplete_details.reason == "max_output_tokens"
+    assert whole.usage is not None and whole.usage.output_tokens == 9 and len(whole.output_text) > 9
+    events = list(
+        c.responses.create(model="sim-model", instructions="Be brief.", input="Tell me.", stream=True)
+    )
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    kinds = [e.type for e in events]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]  # type: ignore[union-attr]
+    final = events[-1].response  # type: ignore[union-attr]
+    assert len(deltas) == 64 and final.usage is not None and final.usage.output_tokens == 64
+    assert final.output_text == "".join(deltas) and final.output_text.startswith(whole.output_text)
+    raw = httpx.post(
+        s.v1 + "/responses", json={"model": "sim-model", "input": "x", "stream": True}, timeout=10
+    )
+    frames = [f for f in raw.text.split("\n\n") if f]
+    assert all(f.split("\n")[0] == "event: " + json.loads(f.split("\n")[1][6:])["type"] for f in frames)
+
+    # A conversation of items: the function call and its output are read as the chat turns they are.
+    tools = [{"type": "function", "name": "list_files", "parameters": {"type": "object", "properties": {}}}]
+    turn = [{"role": "user", "content": [{"type": "input_text", "text": "Please call list_files."}]}]
+    called = c.responses.create(model="sim-model", input=turn, tools=tools)  # type: ignore[arg-type]
+    (call,) = called.output
+    assert call.type == "function_call" and call.name == "list_files" and call.arguments == "{}"
+    history = [
+        *turn,
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": "{}"},
+    ]
+    history.append({"type": "function_call_output", "call_id": call.call_id, "output": "a.py b.py"})
+    after = c.responses.create(model="sim-model", input=history, tools=tools, max_output_tokens=5)  # type: ignore[arg-type]
+    assert after.output[0].type == "message"  # the last turn is the tool's output: no new call
+    assert after.usage is not None and after.usage.input_tokens > called.usage.input_tokens  # type: ignore[union-attr]
+
+    with pytest.raises(openai.BadRequestError) as bad:
+        c.responses.create(model="sim-model", input=[{"type": "web_search_call"}])  # type: ignore[list-item]
+    assert "input[0]" in str(bad.value)
+    with pytest.raises(openai.BadRequestError) as long:
+        c.responses.create(model="sim-model", input="word " * 500)
+    assert "maximum context length is 400 tokens" in str(long.value)
+    m = metrics(s.url)
+    call_tokens = called.usage.output_tokens  # type: ignore[union-attr]
+    assert call_tokens == 3  # the name, then "{" and "}"
+    assert m.total("vllm:generation_tokens_total", model_name="sim-model") == 9 + 64 + 64 + call_tokens + 5
+
+
 def test_models_version_health_and_lora(start_sim) -> None:  # type: ignore[no-untyped-def]
     s = start_sim(
         *FAST,

@@ -1,5 +1,5 @@
 """Every request that is not a watched generation (``/v1/models``, ``/health``, ``/metrics``,
-``/tokenize``, ``/v1/responses``, ``/v1/embeddings``, ...) goes upstream as it came.
+``/tokenize``, ``/v1/embeddings``, a background ``/v1/responses``, ...) goes upstream as it came.
 
 Bodies are relayed undecoded and as they arrive, so a streaming endpoint the proxy does not watch
 still streams. A read (GET, HEAD) has ``passthrough_timeout``; anything else may be a generation
