@@ -28,8 +28,8 @@ from wedgewatch.proxy.context import Context
 from wedgewatch.proxy.ending import Ending
 from wedgewatch.proxy.http import REQUEST_ID_HEADER, error_object, error_response, forward_headers
 from wedgewatch.proxy.progress import error_outcome
-from wedgewatch.proxy.relay import Relay, StreamRelay, decode
-from wedgewatch.proxy.responses import ResponsesRelay
+from wedgewatch.proxy.relay import StreamRelay, decode
+from wedgewatch.proxy.relays import make_relay
 from wedgewatch.proxy.upstream import post
 from wedgewatch.proxy.watch import Stall, Watch
 from wedgewatch.sse import SSEParser
@@ -39,11 +39,6 @@ log = logging.getLogger(__name__)
 
 _CLIENT_GONE = (ConnectionError, aiohttp.ClientConnectionResetError)
 _UPSTREAM_FAILED = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
-_RELAYS: dict[Kind, type[Relay] | type[ResponsesRelay]] = {
-    "chat": Relay,
-    "completion": Relay,
-    "responses": ResponsesRelay,
-}
 
 
 class _Stalled(Exception):
@@ -74,7 +69,7 @@ class Exchange:
         self.model: str | None = None
         self.client_stream = False
         self.stall: Stall | None = None
-        self.relay: StreamRelay = _RELAYS[kind](self.watch, kind)
+        self.relay: StreamRelay = make_relay(kind, self.watch)
         self.out: web.StreamResponse | None = None  # set once the client's stream has begun
         self._held: list[bytes] = []  # frames before the first token: sent with it, or never
         self._tail: list[bytes] = []  # frames from [DONE] on: sent with the end, after the row

@@ -91,7 +91,7 @@ class ResponsesRelay:
 
     END = "response.completed"
 
-    def __init__(self, watch: Watch, kind: Kind = "responses") -> None:
+    def __init__(self, watch: Watch, kind: Kind = "responses") -> None:  # Relay's signature
         self.watch = watch
         self.want_usage = False  # usage always comes, inside the terminal event
         self.done = False  # the terminal event came: what follows cannot fail the request
