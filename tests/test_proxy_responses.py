@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from conftest import RunningServer, launch
+from wedgewatch import fingerprint
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.events import Event, EventBus
 from wedgewatch.ledger import Ledger
@@ -302,3 +303,32 @@ async def test_a_background_response_is_passed_through_unwatched(harness: Harnes
 def test_progress_is_generated_text_and_a_call_being_named(event: bytes, progress: bool) -> None:
     kind = json.loads(event)["type"]
     assert is_progress(kind, event) is progress
+
+
+async def test_a_responses_request_is_fingerprinted_as_the_chat_turns_it_stands_for(
+    harness: Harness,
+) -> None:
+    """``audit`` attributes a harness's requests by the lines of its prompt; a Responses API
+    body says the same prompt in ``instructions`` and ``input`` items."""
+    statement = "The parser rejects a leap day in a century year.\nIt must accept 2000-02-29 as valid."
+    body = {
+        "model": MODEL,
+        "instructions": "You are a careful software engineer working in a repository.",
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": statement}]},
+            {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "tests/test_cal.py failed"},
+        ],
+        "max_output_tokens": 4,
+    }
+    status, _ = await _raw(harness.proxy.url, body)
+    assert status == 200
+    (row,) = harness.rows()
+    fp = json.loads(row["detail_json"])["fp"]
+    twin = [
+        {"role": "system", "content": body["instructions"]},
+        {"role": "user", "content": statement},
+        {"role": "tool", "content": "tests/test_cal.py failed"},
+    ]
+    assert fp == fingerprint.of_messages(twin)
+    assert set(fingerprint.line_hashes(statement)) <= set(fp["lines"]) and len(fp["lines"]) == 3

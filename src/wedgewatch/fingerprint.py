@@ -82,11 +82,35 @@ def of_messages(messages: Iterable[Any]) -> dict[str, list[str]]:
     return {"lines": list(lines), "messages": hashes}
 
 
+def response_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A Responses API body's ``instructions`` and ``input`` as the chat messages they stand for:
+    instructions are the system message, a string input the user's, message items keep their
+    role, a tool's output (``function_call_output``) is a tool message, and items that hold no
+    text the harness wrote (function calls, reasoning) are skipped."""
+    out: list[dict[str, Any]] = []
+    if isinstance(body.get("instructions"), str):
+        out.append({"role": "system", "content": body["instructions"]})
+    items = body.get("input")
+    if isinstance(items, str):
+        return [*out, {"role": "user", "content": items}]
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, Mapping):
+            continue
+        if isinstance(item.get("role"), str) and item.get("type", "message") == "message":
+            out.append({"role": item["role"], "content": item.get("content")})
+        elif item.get("type") == "function_call_output":
+            out.append({"role": "tool", "content": item.get("output")})
+    return out
+
+
 def of_request(body: Mapping[str, Any]) -> dict[str, list[str]] | None:
-    """Fingerprints of a chat or completion request body, or None when it has no text."""
+    """Fingerprints of a chat, completion or Responses API request body, or None when it has no
+    text."""
     messages = body.get("messages")
     if isinstance(messages, list):
         return of_messages(messages)
+    if "input" in body:
+        return of_messages(response_messages(body))
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         return {"lines": line_hashes(prompt), "messages": [message_hash("prompt", prompt)]}
