@@ -294,6 +294,8 @@ async def test_a_background_response_is_passed_through_unwatched(harness: Harnes
         (b'{"type":"response.function_call_arguments.delta","delta":"{\\"a"}', True),
         (b'{"type": "response.output_text.delta", "delta": "pretty"}', True),
         (b'{"type":"response.output_text.delta","delta":""}', False),
+        (b'{"type":"response.reasoning.delta","delta":{"content":"We"},"sequence_number":4}', True),
+        (b'{"type":"response.reasoning.delta","delta":{"content":""}}', False),
         (b'{"type":"response.output_item.added","item":{"type":"function_call","name":"f"}}', True),
         (b'{"type":"response.output_item.added","item":{"type":"message","content":[]}}', False),
         (b'{"type":"response.output_text.done","text":"\\"delta\\":\\"x"}', False),

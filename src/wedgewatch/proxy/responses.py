@@ -4,7 +4,8 @@ The same questions as ``relay.Relay`` asks of a chat stream, for the other shape
 serve: typed events, each framed as ``event: <type>`` plus one ``data:`` line, and no ``[DONE]``.
 
 - **Progress** is an event that carries generated text: any ``*.delta`` event with a non-empty
-  ``delta`` (output text, reasoning text, a function call's arguments, a refusal), and the
+  ``delta`` (output text, reasoning text, a function call's arguments, a refusal; an object
+  delta when it holds text), and the
   ``response.output_item.added`` that opens a function call (it carries the call's name, the
   call's first token). ``response.created``, ``in_progress``, the other item and part events and
   the ``*.done`` events repeat what was sent or carry nothing new: not progress. As in a chat
@@ -53,9 +54,21 @@ def is_progress(kind: str | None, data: bytes) -> bool:
         return data[i + len(_DELTA) : i + len(_DELTA) + 1] != b'"'
     if kind == "response.output_item.added":
         return b'"function_call"' in data or (b'": ' in data and _opens_call(decode(data)))
-    if kind is not None and kind.endswith(".delta") and b'"delta": "' in data:
-        obj = decode(data)  # pretty-printed JSON: ask the decoded event
-        return obj is not None and isinstance(obj.get("delta"), str) and obj["delta"] != ""
+    if kind is not None and kind.endswith(".delta") and b'"delta"' in data:
+        # Pretty-printed JSON, or a delta that is an object (vLLM's first Responses server sent
+        # reasoning as "response.reasoning.delta" with {"content": "..."}): ask the decoded event.
+        obj = decode(data)
+        return obj is not None and _has_text(obj.get("delta"))
+    return False
+
+
+def _has_text(value: Any) -> bool:
+    if isinstance(value, str):
+        return value != ""
+    if isinstance(value, dict):
+        return any(_has_text(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_text(v) for v in value)
     return False
 
 
