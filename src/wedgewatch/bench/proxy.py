@@ -88,6 +88,9 @@ class BenchOptions:
     generator on the others. Ignored on a one-CPU machine."""
     peers: list[str] = field(default_factory=list)
     """Other proxies measured in the same runs (``bench/peers.py``: ``nginx``); none by default."""
+    api: str = "chat"
+    """The API the throughput runs stream: ``chat`` (chat completions) or ``responses`` (the
+    Responses API). Stall detection is measured on chat either way: the deadlines are the same."""
 
 
 def layout(opts: BenchOptions) -> tuple[set[int] | None, set[int] | None]:
@@ -117,6 +120,8 @@ def _loadgen(url: str, concurrency: int, opts: BenchOptions, cpus: set[int] | No
         str(opts.warmup),
         "--max-tokens",
         str(opts.max_tokens),
+        "--api",
+        opts.api,
     ]
     done = subprocess.run(
         argv,
@@ -165,7 +170,7 @@ def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
                     base = urls.get(target) or running[target].url
                     pgid = groups.get(target)
                     cpu0 = group_cpu_seconds(pgid) if pgid else 0.0
-                    res = _loadgen(base + "/v1/chat/completions", c, opts, load_cpus)
+                    res = _loadgen(base, c, opts, load_cpus)
                     if pgid:
                         res["cpu"] = group_cpu_seconds(pgid) - cpu0
                         res["rss_mib"] = group_rss_mib(pgid)

@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 
+_API = {"chat": "chat completions", "responses": "the Responses API"}
+
+
 def _ms(v: float | None, signed: bool = False) -> str:
     if v is None:
         return "-"
@@ -44,7 +47,8 @@ def render(result: dict[str, Any]) -> str:
         )
     opts = result["options"]
     out = [
-        f"Throughput: {opts['max_tokens']} one-token chunks per request at {opts['tokens_per_s']:g} tokens/s "
+        f"Throughput ({_API.get(opts.get('api', 'chat'), 'chat completions')}): "
+        f"{opts['max_tokens']} one-token chunks per request at {opts['tokens_per_s']:g} tokens/s "
         f"per stream; medians of {opts['repeats']} interleaved repeats of {opts['duration']:g} s "
         f"(d = direct, p = through the proxy; + = added by the proxy)",
         layout_line(tp.get("cpu_layout")),

@@ -2,8 +2,8 @@
 of results on stdout. Run it as its own process (``python -m wedgewatch.bench.streams ...``) so its
 CPU never competes inside the process under test.
 
-Each stream sends one chat request after another (``stream: true`` with usage) and times every
-token-bearing chunk as it arrives. Only what happens inside the measurement window counts: tokens
+Each stream sends one request after another (``stream: true``: chat completions with usage, or
+the Responses API with ``--api responses``) and times every token-bearing event as it arrives. Only what happens inside the measurement window counts: tokens
 that arrive in it, TTFTs of requests that start in it, gaps between two tokens that both arrive
 in it. It imports aiohttp and numpy only, to start fast and stay light per token.
 """
@@ -21,7 +21,9 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-_CONTENT = b'"content":"'
+# The key of a token-bearing event: chat's content, or a Responses API delta event's delta.
+_TOKEN_KEY = {"chat": b'"content":"', "responses": b'"delta":"'}
+_PATH = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
 
 
 class Window:
@@ -36,12 +38,17 @@ class Window:
         self.itl = array("d")
 
 
-def _tokens(event: bytes) -> int:
-    i = event.find(_CONTENT)
-    return 1 if i >= 0 and event[i + len(_CONTENT) : i + len(_CONTENT) + 1] != b'"' else 0
+def _tokens(event: bytes, key: bytes) -> int:
+    i = event.find(key)
+    return 1 if i >= 0 and event[i + len(key) : i + len(key) + 1] != b'"' else 0
 
 
-async def _one(session: aiohttp.ClientSession, url: str, body: bytes, w: Window) -> None:
+def _is_error(event: bytes) -> bool:
+    """A chat stream's ``data: {"error"`` line, or a Responses API ``error`` event."""
+    return b'{"error"' in event[:16] or event.startswith(b"event: error")
+
+
+async def _one(session: aiohttp.ClientSession, url: str, body: bytes, key: bytes, w: Window) -> None:
     t0 = time.monotonic()
     counted = w.start <= t0 < w.end
     last: float | None = None
@@ -57,12 +64,12 @@ async def _one(session: aiohttp.ClientSession, url: str, body: bytes, w: Window)
             buf += chunk
             *events, buf = buf.split(b"\n\n")
             for ev in events:
-                if b'{"error"' in ev[:16]:
+                if _is_error(ev):
                     w.errors += 1
                     if len(w.error_samples) < 5:
                         w.error_samples.append(ev[:200].decode(errors="replace"))
                     continue
-                if not _tokens(ev):
+                if not _tokens(ev, key):
                     continue
                 w.tokens_total += 1
                 inside = w.start <= now < w.end
@@ -78,10 +85,10 @@ async def _one(session: aiohttp.ClientSession, url: str, body: bytes, w: Window)
         w.requests += 1
 
 
-async def _stream(session: aiohttp.ClientSession, url: str, body: bytes, w: Window) -> None:
+async def _stream(session: aiohttp.ClientSession, url: str, body: bytes, key: bytes, w: Window) -> None:
     while time.monotonic() < w.end:
         try:
-            await _one(session, url, body, w)
+            await _one(session, url, body, key, w)
         except (aiohttp.ClientError, OSError) as exc:
             w.errors += 1
             if len(w.error_samples) < 5:
@@ -93,24 +100,33 @@ def _pct(values: array[float], q: float) -> float | None:
     return float(np.percentile(np.frombuffer(values, dtype=np.float64), q)) if len(values) else None
 
 
+def _body(api: str, model: str, max_tokens: int) -> bytes:
+    prompt = "Write a long story."
+    if api == "responses":
+        return json.dumps(
+            {"model": model, "input": prompt, "max_output_tokens": max_tokens, "stream": True}
+        ).encode()
+    chat = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    return json.dumps(chat).encode()
+
+
 async def run(
-    url: str, concurrency: int, duration: float, warmup: float, max_tokens: int, model: str
+    url: str, concurrency: int, duration: float, warmup: float, max_tokens: int, model: str, api: str = "chat"
 ) -> dict[str, Any]:
-    body = json.dumps(
-        {
-            "model": model,
-            "messages": [{"role": "user", "content": "Write a long story."}],
-            "max_tokens": max_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-    ).encode()
+    """``url`` is the server's (or proxy's) ``/v1`` root's parent: the API's path is added."""
+    body, key, url = _body(api, model, max_tokens), _TOKEN_KEY[api], url.rstrip("/") + _PATH[api]
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         start = time.monotonic() + warmup
         w = Window(start, start + duration)
-        tasks = [asyncio.create_task(_stream(session, url, body, w)) for _ in range(concurrency)]
+        tasks = [asyncio.create_task(_stream(session, url, body, key, w)) for _ in range(concurrency)]
         await asyncio.sleep(warmup + duration)
         for t in tasks:
             t.cancel()
@@ -133,14 +149,15 @@ async def run(
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--url", required=True, help="chat completions URL")
+    p.add_argument("--url", required=True, help="the server's root URL (the API's path is added)")
     p.add_argument("--concurrency", type=int, required=True)
     p.add_argument("--duration", type=float, default=3.0)
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--model", default="sim-model")
+    p.add_argument("--api", choices=sorted(_PATH), default="chat")
     a = p.parse_args(argv)
-    result = asyncio.run(run(a.url, a.concurrency, a.duration, a.warmup, a.max_tokens, a.model))
+    result = asyncio.run(run(a.url, a.concurrency, a.duration, a.warmup, a.max_tokens, a.model, a.api))
     sys.stdout.write(json.dumps(result) + "\n")
 
 

@@ -24,6 +24,9 @@ def bench_proxy(
     peers: Annotated[
         str, typer.Option(help="Other proxies to measure in the same runs, comma-separated: nginx.")
     ] = "",
+    api: Annotated[
+        str, typer.Option(help="The API the throughput runs stream: chat, or responses (the Responses API).")
+    ] = "chat",
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Throughput, latency and CPU of the proxy against going direct to a fast simulator, and how
@@ -40,6 +43,8 @@ def bench_proxy(
         raise BadInput("--repeats: must be >= 1")
     if duration <= 0 or warmup < 0:
         raise BadInput("--duration: must be > 0 (and --warmup >= 0)")
+    if api not in ("chat", "responses"):
+        raise BadInput(f"--api: expected chat or responses, got {api!r}")
     result = run(
         BenchOptions(
             levels=lv,
@@ -49,6 +54,7 @@ def bench_proxy(
             detection=detection,
             pin=pin,
             peers=names(peers),
+            api=api,
         )
     )
     typer.echo(json.dumps(result, indent=1) if as_json else render(result))
