@@ -238,7 +238,8 @@ async def test_endings_the_simulator_does_not_send_are_read_as_a_responses_clien
     """From a scripted server: a stream that ends without ``response.completed`` is cut
     (``connection``, the SDK raises on the proxy's error event); the server's ``error`` event
     after a token is forwarded as it came and is the server's error in the row; a
-    ``response.failed`` before any token is the server's error, answered with its status."""
+    ``response.failed`` before any token is the server's error (``server_error``) or the
+    request's (``invalid_prompt``), answered with the status that says which."""
     up = ScriptedUpstream()
     async with up.serve() as url:
         with Ledger(tmp_path / "l.sqlite") as ledger:
@@ -247,7 +248,7 @@ async def test_endings_the_simulator_does_not_send_are_read_as_a_responses_clien
             try:
                 client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key=KEY)
                 raised: dict[str, openai.APIError] = {}
-                for word in ("CUT", "FAILED0"):
+                for word in ("CUT", "FAILED0", "INVALID0"):
                     with pytest.raises(openai.APIError) as info:
                         events = await client.responses.create(model="m", input=word, stream=True)
                         async for _ in events:
@@ -259,10 +260,11 @@ async def test_endings_the_simulator_does_not_send_are_read_as_a_responses_clien
             finally:
                 await proxy.stop()
             rows = [dict(r) for r in ledger.query("SELECT * FROM requests ORDER BY started_at")]
-    assert len(up.seen) == 3  # one request each: no retry
+    assert len(up.seen) == 4  # one request each: no retry
     assert [(r["outcome"], r["http_status"], r["tokens_out"]) for r in rows] == [
         ("connection", 200, 1),
         ("upstream_http_500", 500, 0),
+        ("client_error", 400, 0),  # invalid_prompt: the request's fault, not the server's
         ("upstream_http_500", 200, 1),
     ]
     assert "ended without response.completed after 1 tokens" in json.loads(rows[0]["detail_json"])["error"]
@@ -275,7 +277,9 @@ async def test_endings_the_simulator_does_not_send_are_read_as_a_responses_clien
         and failed.response.headers["x-should-retry"] == "false"
     )
     assert "engine died" in json.loads(rows[1]["detail_json"])["error"]
-    assert json.loads(rows[2]["detail_json"])["error"] == "engine died"
+    assert json.loads(rows[3]["detail_json"])["error"] == "engine died"
+    invalid = raised["INVALID0"]
+    assert isinstance(invalid, openai.BadRequestError) and invalid.message.endswith("the prompt was refused")
 
 
 async def test_a_background_response_is_passed_through_unwatched(harness: Harness) -> None:

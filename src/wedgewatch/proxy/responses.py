@@ -78,14 +78,23 @@ def _opens_call(obj: dict[str, Any] | None) -> bool:
 
 
 def _error(kind: str | None, obj: dict[str, Any]) -> dict[str, Any]:
-    """The upstream's error in the chat shape ``{"error": {...}}`` the endings read."""
+    """The upstream's error in the chat shape ``{"error": {...}}`` the endings read. The Responses
+    API names its errors by word (``server_error``, ``invalid_prompt``, ...), not by HTTP status:
+    an ``invalid_*`` code or ``context_length_exceeded`` is the request's fault (``status`` 400,
+    so the row says ``client_error``); any other is the server's (500)."""
     if kind == "response.failed":
         resp = obj.get("response")
         err = resp.get("error") if isinstance(resp, dict) else None
-        return {"error": err if isinstance(err, dict) else {"message": "response.failed"}}
-    if kind == "error":
-        return {"error": {k: v for k, v in obj.items() if k not in ("type", "sequence_number")}}
-    return obj
+        err = dict(err) if isinstance(err, dict) else {"message": "response.failed"}
+    elif kind == "error":
+        err = {k: v for k, v in obj.items() if k not in ("type", "sequence_number")}
+    else:
+        return obj
+    code = err.get("code")
+    if isinstance(code, str) and not code.isdigit() and "status" not in err:
+        client = code.startswith("invalid_") or code == "context_length_exceeded"
+        err["status"] = 400 if client else 500
+    return {"error": err}
 
 
 def error_frame(obj: dict[str, Any]) -> bytes:

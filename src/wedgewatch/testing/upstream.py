@@ -10,7 +10,8 @@ the end), ``TIMINGS`` (llama.cpp's stream when usage is asked for: two tokens, t
 then in a read of its own the usage-only chunk carrying ``timings``); anything else sends a role
 chunk and ends. Chat is served with and without ``/v1``. ``/v1/responses`` answers by its
 ``input``: ``CUT`` (one delta, then the end without ``response.completed``), ``ERROR`` (one
-delta, then an ``error`` event), ``FAILED0`` (``response.failed`` before any token).
+delta, then an ``error`` event), ``FAILED0`` / ``INVALID0`` (``response.failed`` before any
+token, with ``server_error`` / ``invalid_prompt``).
 ``/v1/audio/speech`` streams an endpoint the proxy does not watch; a ``GET /v1/slow`` never
 answers."""
 
@@ -140,8 +141,10 @@ class ScriptedUpstream:
             await resp.write(f"event: {obj['type']}\n".encode() + _sse(obj))
 
         await event({"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}})
-        if word == "FAILED0":
+        if word in ("FAILED0", "INVALID0"):
             error = {"code": "server_error", "message": "engine died"}
+            if word == "INVALID0":
+                error = {"code": "invalid_prompt", "message": "the prompt was refused"}
             await event(
                 {"type": "response.failed", "response": {"id": "resp_1", "status": "failed", "error": error}}
             )
