@@ -71,7 +71,7 @@ class WatchdogConfig(_Section):
     of the engine stepping for others while this one gets nothing is one stuck request."""
     passthrough_timeout: float = Field(10.0, gt=0)
     """Deadline for the reads (GET, HEAD) the proxy passes through: /v1/models, /health, /metrics.
-    Other requests it does not watch (/tokenize, /v1/responses, ...) get total_timeout."""
+    Other requests it does not watch (/tokenize, /v1/embeddings, ...) get total_timeout."""
     restart_wait: float = Field(900.0, ge=0)
     """Seconds a request that arrives while the supervisor replaces a server life (or before the
     first one is ready) waits for the next ready life before it fails with `connection`. Longer
