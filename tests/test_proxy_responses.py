@@ -1,7 +1,7 @@
 """The Responses API (``POST /v1/responses``) through the watchdog proxy: the simulator as upstream
 (a real subprocess serving the API as vLLM does), the proxy in this process on a real socket, the
 OpenAI SDK's ``client.responses`` at its defaults (max_retries=2) as the client, a real SQLite
-ledger. Faults are keyed by a word in the input, as in test_proxy.py.
+ledger. Faults are keyed by a word in the input (the bundled ``keywords`` scenario).
 """
 
 from __future__ import annotations
@@ -31,30 +31,6 @@ KEY = "sk-wedgewatch-test-SECRET-7373"
 MODEL = "sim-model"
 MARGIN = 2.5  # as in test_proxy.py: what a busy machine adds to the SDK's view of a deadline
 
-SCENARIO = """
-name = "responses-tests"
-[server]
-tokens_per_s = 50.0
-
-[[fault]]
-when.contains = "STALL-TTFT"
-action = "stall_ttft"
-
-[[fault]]
-when.contains = "STALL-MID"
-action = "stall_after"
-after_tokens = 3
-
-[[fault]]
-when.contains = "HTTP-503"
-action = "http_error"
-status = 503
-
-[[fault]]
-when.contains = "DROP"
-action = "drop"
-after_tokens = 3
-"""
 
 TOOLS = [
     {
@@ -72,9 +48,8 @@ TOOLS = [
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     d = tmp_path_factory.mktemp("sim")
-    scenario = d / "faults.toml"
-    scenario.write_text(SCENARIO)
-    argv = [sys.executable, "-m", "wedgewatch", "sim", "--port", "0", "--scenario", str(scenario)]
+    # The bundled `keywords` scenario: STALL-TTFT, STALL-MID (5 tokens), HTTP-503, DROP (3 tokens).
+    argv = [sys.executable, "-m", "wedgewatch", "sim", "--port", "0", "--scenario", "keywords"]
     server = launch([*argv, "--sse-ping-interval", "0.2"], d / "sim.log")
     yield server
     server.stop()
@@ -144,8 +119,8 @@ async def test_a_stalled_response_is_raised_at_once_without_retry(
     err = info.value
     assert isinstance(err.body, dict) and err.body["code"] == kind and err.body["type"] == "upstream_stalled"
     begun = stream and kind == "stall_midstream"
-    if begun:  # the stream had begun: the SDK raised on the error event, after the 3 tokens
-        assert not isinstance(err, openai.APIStatusError) and len(deltas) == 3
+    if begun:  # the stream had begun: the SDK raised on the error event, after the 5 tokens
+        assert not isinstance(err, openai.APIStatusError) and len(deltas) == 5
     else:
         assert isinstance(err, openai.APIStatusError) and err.status_code == 503
         assert err.response.headers["x-should-retry"] == "false"
@@ -154,7 +129,7 @@ async def test_a_stalled_response_is_raised_at_once_without_retry(
     assert after["received"] - before["received"] == 1  # no retry
     (row,) = h.rows()
     assert row["outcome"] == kind and row["path"] == "/v1/responses" and row["attempt_id"] == "att-r"
-    assert row["tokens_out"] == (3 if kind == "stall_midstream" else 0)
+    assert row["tokens_out"] == (5 if kind == "stall_midstream" else 0)
     assert row["http_status"] == (200 if begun else 503)
     stalls = [e for e in h.events if e.kind == "stall"]
     assert len(stalls) == 1 and stalls[0].attempt_id == "att-r"
