@@ -229,19 +229,26 @@ async def test_endings_the_simulator_does_not_send_are_read_as_a_responses_clien
                         async for _ in events:
                             pass
                     raised[word] = info.value
+                # A [DONE] instead of response.completed (some gateways) ends the stream too.
+                done = [
+                    ev.type
+                    async for ev in await client.responses.create(model="m", input="DONE", stream=True)
+                ]
                 # The server's own error event goes on as it came: the SDK hands it over as an event.
                 events = await client.responses.create(model="m", input="ERROR", stream=True)
                 seen = [ev async for ev in events]
             finally:
                 await proxy.stop()
             rows = [dict(r) for r in ledger.query("SELECT * FROM requests ORDER BY started_at")]
-    assert len(up.seen) == 4  # one request each: no retry
+    assert len(up.seen) == 5  # one request each: no retry
     assert [(r["outcome"], r["http_status"], r["tokens_out"]) for r in rows] == [
         ("connection", 200, 1),
         ("upstream_http_500", 500, 0),
         ("client_error", 400, 0),  # invalid_prompt: the request's fault, not the server's
+        ("ok", 200, 1),
         ("upstream_http_500", 200, 1),
     ]
+    assert done == ["response.created", "response.output_text.delta"]
     assert "ended without response.completed after 1 tokens" in json.loads(rows[0]["detail_json"])["error"]
     assert raised["CUT"].body is not None and raised["CUT"].body["code"] == "connection"  # type: ignore[index]
     assert [ev.type for ev in seen] == ["response.created", "response.output_text.delta", "error"]
@@ -252,7 +259,7 @@ async def test_endings_the_simulator_does_not_send_are_read_as_a_responses_clien
         and failed.response.headers["x-should-retry"] == "false"
     )
     assert "engine died" in json.loads(rows[1]["detail_json"])["error"]
-    assert json.loads(rows[3]["detail_json"])["error"] == "engine died"
+    assert json.loads(rows[4]["detail_json"])["error"] == "engine died"
     invalid = raised["INVALID0"]
     assert isinstance(invalid, openai.BadRequestError) and invalid.message.endswith("the prompt was refused")
 

@@ -11,7 +11,8 @@ serve: typed events, each framed as ``event: <type>`` plus one ``data:`` line, a
   the ``*.done`` events repeat what was sent or carry nothing new: not progress. As in a chat
   stream, ``"delta":"`` can only match a real key: inside a JSON string every ``"`` is escaped.
 - **The end** is ``response.completed``, or ``response.incomplete`` (the token limit, a content
-  filter): it carries the whole response and its usage. A stream that closes before it was cut.
+  filter): it carries the whole response and its usage. A stream that closes before it was cut
+  (a ``[DONE]``, which some servers and gateways add, also ends it).
 - **An error** is an ``error`` event, a ``response.failed`` event (its ``response.error``), or a
   chat-style ``{"error": ...}`` object; it is kept in the chat shape so the proxy's endings read
   it unchanged.
@@ -30,7 +31,7 @@ from wedgewatch.proxy.assemble import Kind
 from wedgewatch.proxy.progress import is_error
 from wedgewatch.proxy.relay import decode
 from wedgewatch.proxy.watch import Watch
-from wedgewatch.sse import SSEEvent
+from wedgewatch.sse import DONE, SSEEvent
 
 _TYPE = re.compile(rb'"type"\s*:\s*"((?:response\.[A-Za-z_.]+)|error)"')
 _DELTA = b'"delta":"'
@@ -127,7 +128,9 @@ class ResponsesRelay:
         data = ev.data
         assert data is not None
         kind = event_type(ev)
-        if is_progress(kind, data):
+        if data == DONE:  # not the API's end, but some servers and gateways add chat's [DONE]
+            self.done = True
+        elif is_progress(kind, data):
             self.watch.progress(now)
         elif kind in _DECODED or (kind is None and is_error(data)):
             obj = decode(data) or {}

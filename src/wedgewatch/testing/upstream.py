@@ -11,7 +11,8 @@ then in a read of its own the usage-only chunk carrying ``timings``); anything e
 chunk and ends. Chat is served with and without ``/v1``. ``/v1/responses`` answers by its
 ``input``: ``CUT`` (one delta, then the end without ``response.completed``), ``ERROR`` (one
 delta, then an ``error`` event), ``FAILED0`` / ``INVALID0`` (``response.failed`` before any
-token, with ``server_error`` / ``invalid_prompt``).
+token, with ``server_error`` / ``invalid_prompt``), ``DONE`` (one delta, then ``[DONE]``
+instead of ``response.completed``).
 ``/v1/audio/speech`` streams an endpoint the proxy does not watch; a ``GET /v1/slow`` never
 answers."""
 
@@ -152,6 +153,8 @@ class ScriptedUpstream:
             await event({"type": "response.output_text.delta", "item_id": "m", "delta": "Hi"})
         if word == "ERROR":
             await event({"type": "error", "code": "server_error", "message": "engine died", "param": None})
+        if word == "DONE":  # chat's end on a Responses stream, as some gateways send it
+            await resp.write(_sse("[DONE]"))
         await resp.write_eof()
         return resp
 
