@@ -3,9 +3,10 @@ of results on stdout. Run it as its own process (``python -m wedgewatch.bench.st
 CPU never competes inside the process under test.
 
 Each stream sends one request after another (``stream: true``: chat completions with usage, or
-the Responses API with ``--api responses``) and times every token-bearing event as it arrives. Only what happens inside the measurement window counts: tokens
-that arrive in it, TTFTs of requests that start in it, gaps between two tokens that both arrive
-in it. It imports aiohttp and numpy only, to start fast and stay light per token.
+the Responses API with ``--api responses``) and times every token-bearing event as it arrives.
+Only what happens inside the measurement window counts: tokens that arrive in it, TTFTs of
+requests that start in it, gaps between two tokens that both arrive in it. It imports aiohttp and
+numpy only, to start fast and stay light per token.
 """
 
 from __future__ import annotations
