@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from wedgewatch.sim.anthropic import AnthropicEncoder
 from wedgewatch.sim.chunks import PING, ChatEncoder, CompletionEncoder, Encoder, Reply
 from wedgewatch.sim.engine import Engine
 from wedgewatch.sim.parse import GenRequest
@@ -31,10 +32,11 @@ from wedgewatch.sim.sched import Ticket
 log = logging.getLogger(__name__)
 
 _BOUNDARY_ACTIONS = ("stall_after", "drop", "crash", "wedge")
-_ENCODERS: dict[str, Callable[[str, Reply], Encoder]] = {
-    "chat": ChatEncoder,
-    "completion": CompletionEncoder,
-    "responses": ResponsesEncoder,
+_ENCODERS: dict[str, Callable[[GenRequest, Reply], Encoder]] = {
+    "chat": lambda req, reply: ChatEncoder(req.model, reply),
+    "completion": lambda req, reply: CompletionEncoder(req.model, reply),
+    "responses": lambda req, reply: ResponsesEncoder(req.model, reply),
+    "messages": lambda req, reply: AnthropicEncoder(req.model, reply, req.prompt_tokens),
 }
 
 
@@ -55,7 +57,7 @@ class Generation:
         self.fault = fault
         self.arrived = arrived
         self.loop = asyncio.get_running_loop()
-        self.enc = _ENCODERS[req.kind](req.model, reply)
+        self.enc = _ENCODERS[req.kind](req, reply)
         self.resp: web.StreamResponse | None = None
         self.ping = engine.ping
         self.last_write = arrived

@@ -6,32 +6,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aiohttp import web
+from wedgewatch.sim import dialects, tokenizer
+from wedgewatch.sim.rejected import RequestRejected, bad, error_response
 
-from wedgewatch.sim import tokenizer
+__all__ = ["GenRequest", "Kind", "RequestRejected", "error_response", "parse"]
 
-Kind = Literal["chat", "completion", "responses"]
-
-_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
-
-
-class RequestRejected(Exception):
-    """The request is answered with an OpenAI-shaped error instead of a generation."""
-
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-
-    def response(self) -> web.Response:
-        return error_response(self.status, self.message, self.param)
-
-
-def error_response(status: int, message: str, param: str | None = None) -> web.Response:
-    kind = _ERROR_TYPES.get(status, "ServiceUnavailableError" if status == 503 else "APIError")
-    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
-    return web.json_response(body, status=status)
+Kind = Literal["chat", "completion", "responses", "messages"]
 
 
 @dataclass(slots=True)
@@ -53,65 +33,13 @@ class GenRequest:
     """(hash, prompt tokens) of each message prefix, shortest first: the prefix cache's keys."""
 
 
-def _bad(message: str, param: str | None = None) -> RequestRejected:
-    return RequestRejected(400, message, param)
-
-
 def _int_or_none(body: dict[str, Any], key: str) -> int | None:
     v = body.get(key)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise _bad(f"{key} must be a positive integer, got {v!r}", key)
+        raise bad(f"{key} must be a positive integer, got {v!r}", key)
     return v
-
-
-def _responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The Responses API's ``instructions`` and ``input`` as the chat messages the policy reads:
-    message items keep their role and text, a ``function_call`` item is an assistant tool call,
-    a ``function_call_output`` item a tool message; reasoning items carry nothing to read."""
-    messages: list[dict[str, Any]] = []
-    instructions = body.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        raise _bad("instructions must be a string", "instructions")
-    if instructions:
-        messages.append({"role": "system", "content": instructions})
-    items = body.get("input")
-    if isinstance(items, str):
-        return [*messages, {"role": "user", "content": items}]
-    if not isinstance(items, list) or not items:
-        raise _bad("input must be a string or a non-empty list of items", "input")
-    for i, item in enumerate(items):
-        kind = item.get("type", "message") if isinstance(item, dict) else None
-        if kind == "message" and isinstance(item.get("role"), str):
-            messages.append({"role": item["role"], "content": item.get("content")})
-        elif kind == "function_call":
-            call = {"name": item.get("name"), "arguments": item.get("arguments", "")}
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [{"id": item.get("call_id"), "type": "function", "function": call}],
-                }
-            )
-        elif kind == "function_call_output":
-            messages.append(
-                {"role": "tool", "tool_call_id": item.get("call_id"), "content": str(item.get("output", ""))}
-            )
-        elif kind != "reasoning":
-            raise _bad(f"input[{i}] must be a message, function_call or function_call_output item", "input")
-    return messages
-
-
-def _responses_tools(tools: Any) -> list[dict[str, Any]] | None:
-    """Responses function tools (``{"type": "function", "name", "parameters"}``) in chat shape."""
-    if tools is None:
-        return None
-    if not isinstance(tools, list) or not all(
-        isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str) for t in tools
-    ):
-        raise _bad("tools must be a list of function tools (the simulator has no built-in tools)", "tools")
-    return [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in tools]
 
 
 def parse(
@@ -122,10 +50,10 @@ def parse(
     max_model_len: int,
 ) -> GenRequest:
     if not isinstance(body, dict):
-        raise _bad("the request body must be a JSON object")
+        raise bad("the request body must be a JSON object")
     model = body.get("model", served_names[0])
     if not isinstance(model, str):
-        raise _bad("model must be a string", "model")
+        raise bad("model must be a string", "model")
     if model in served_names:
         adapter = None
     elif model in adapters:
@@ -134,41 +62,41 @@ def parse(
         raise RequestRejected(404, f"The model `{model}` does not exist.", "model")
     n = body.get("n", 1)
     if n != 1:
-        raise _bad("the simulator serves n=1 only", "n")
+        raise bad("the simulator serves n=1 only", "n")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
-        raise _bad("stream must be a boolean", "stream")
+        raise bad("stream must be a boolean", "stream")
     opts = body.get("stream_options") or {}
     if not isinstance(opts, dict):
-        raise _bad("stream_options must be an object", "stream_options")
+        raise bad("stream_options must be an object", "stream_options")
     include_usage = bool(opts.get("include_usage", False))
     max_tokens = (
         _int_or_none(body, "max_output_tokens")
         if kind == "responses"
         else _int_or_none(body, "max_completion_tokens") or _int_or_none(body, "max_tokens")
     )
-    stop = body.get("stop") or []
+    stop = body.get("stop_sequences" if kind == "messages" else "stop") or []
     if isinstance(stop, str):
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise _bad("stop must be a string or a list of strings", "stop")
+        raise bad("stop must be a string or a list of strings", "stop")
 
-    tools = body.get("tools") if kind != "responses" else _responses_tools(body.get("tools"))
+    tools = dialects.tools(kind, body.get("tools"))
     if tools is not None and not (
         isinstance(tools, list)
         and all(isinstance(t, dict) and isinstance(t.get("function"), dict) for t in tools)
     ):
-        raise _bad("tools must be a list of function tools", "tools")
+        raise bad("tools must be a list of function tools", "tools")
     if kind != "completion":
-        messages = body.get("messages") if kind == "chat" else _responses_messages(body)
+        messages = dialects.messages(kind, body)
         if not isinstance(messages, list) or not messages:
-            raise _bad("messages must be a non-empty list", "messages")
+            raise bad("messages must be a non-empty list", "messages")
         for i, m in enumerate(messages):
             if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise _bad(f"messages[{i}] must be an object with a role", "messages")
+                raise bad(f"messages[{i}] must be an object with a role", "messages")
             content = m.get("content")
             if content is not None and not isinstance(content, str | list):
-                raise _bad(f"messages[{i}].content must be a string or a list of parts", "messages")
+                raise bad(f"messages[{i}].content must be a string or a list of parts", "messages")
         keys: list[tuple[int, int]] = []
         h, prompt_tokens = 0, tokenizer.REPLY_PRIMER
         match_text = ""
@@ -190,7 +118,7 @@ def parse(
         elif isinstance(prompt, str):
             prompt_tokens, match_text = tokenizer.count(prompt), prompt
         else:
-            raise _bad("prompt must be a string (one prompt per request)", "prompt")
+            raise bad("prompt must be a string (one prompt per request)", "prompt")
         messages = [{"role": "user", "content": match_text}]
         keys = [(hash(("prompt", match_text)), prompt_tokens)]
         tools = None
@@ -208,7 +136,7 @@ def parse(
                 f"{total} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). "
                 "Please reduce the length of the messages or completion."
             )
-        raise _bad(msg, {"chat": "messages", "responses": "input"}.get(kind, "prompt"))
+        raise bad(msg, {"chat": "messages", "responses": "input", "messages": "messages"}.get(kind, "prompt"))
     return GenRequest(
         kind=kind,
         model=model,

@@ -148,6 +148,10 @@ async def responses(request: web.Request) -> web.StreamResponse:
     return await _generate(request, "responses")
 
 
+async def anthropic_messages(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "messages")
+
+
 def build_app(engine: Engine) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[ENGINE] = engine
@@ -160,6 +164,7 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/responses", responses)
+    app.router.add_post("/v1/messages", anthropic_messages)
     return app
 
 
