@@ -104,11 +104,13 @@ def response_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def of_request(body: Mapping[str, Any]) -> dict[str, list[str]] | None:
-    """Fingerprints of a chat, completion or Responses API request body, or None when it has no
-    text."""
+    """Fingerprints of a chat, completion, Responses or Messages API request body, or None when it
+    has no text."""
     messages = body.get("messages")
     if isinstance(messages, list):
-        return of_messages(messages)
+        system = body.get("system")  # Anthropic's Messages API keeps the system prompt apart
+        head = [{"role": "system", "content": system}] if isinstance(system, str | list) else []
+        return of_messages([*head, *messages])
     if "input" in body:
         return of_messages(response_messages(body))
     prompt = body.get("prompt")

@@ -50,6 +50,7 @@ GENERATIONS: dict[str, Kind] = {
     "/completions": "completion",
     "/v1/responses": "responses",
     "/responses": "responses",
+    "/v1/messages": "messages",  # Anthropic's Messages API (vLLM, llama.cpp)
 }
 _ATTEMPT = re.compile(r"^/a/([A-Za-z0-9._:-]{1,128})(/.*)$")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-Kind = Literal["chat", "completion", "responses"]  # the API of a watched generation
+Kind = Literal["chat", "completion", "responses", "messages"]  # the API of a watched generation
 
 # Keys of a chunk's choice that are merged specially; any other key keeps its last non-null value.
 _CHOICE_SPECIAL = frozenset({"index", "delta", "text", "logprobs", "finish_reason"})

@@ -31,12 +31,13 @@ class Refused(NamedTuple):
 _NOT_OBJECT = Refused("invalid_json", "the request body is not a JSON object")
 
 
-def rewrite(raw: bytes, responses: bool = False) -> Asked | Refused:
+def rewrite(raw: bytes, usage_option: bool = True) -> Asked | Refused:
     """What the client's error is when the body cannot be sent on (answered 400): not a JSON
     object, or a ``stream`` that is not a boolean. The upstream answers a ``"stream": "yes"``
     with a 400 of its own, but it never sees the client's value: the proxy streams regardless.
-    A Responses API body (``responses``) gets no ``stream_options``: its stream always ends with
-    the usage, and vLLM's Responses server does not take ``include_usage``."""
+    Without ``usage_option`` (the Responses and Messages APIs) the body gets no
+    ``stream_options``: those streams always carry the usage, and their servers do not take
+    ``include_usage``."""
     try:
         body = json.loads(raw)
     except ValueError:
@@ -52,14 +53,14 @@ def rewrite(raw: bytes, responses: bool = False) -> Asked | Refused:
     opts = body.get("stream_options")
     opts = opts if isinstance(opts, dict) else {}
     body["stream"] = True
-    if not responses:
+    if usage_option:
         body["stream_options"] = {**opts, "include_usage": True}
     return Asked(
         body=body,
         payload=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
         model=model if isinstance(model, str) else None,
         client_stream=client_stream,
-        want_usage=client_stream and opts.get("include_usage") is True and not responses,
+        want_usage=client_stream and opts.get("include_usage") is True and usage_option,
     )
 
 

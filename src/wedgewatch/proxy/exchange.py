@@ -140,7 +140,7 @@ class Exchange:
                 self._resp.release()
 
     async def _run(self) -> web.StreamResponse:
-        asked = rewrite(await self.request.read(), responses=self.kind == "responses")
+        asked = rewrite(await self.request.read(), usage_option=self.kind in ("chat", "completion"))
         if isinstance(asked, Refused):
             await self._end(CLIENT_ERROR, 400, {"error": asked.message})
             return error_response(

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from wedgewatch.proxy.anthropic import AnthropicRelay
 from wedgewatch.proxy.assemble import Kind
 from wedgewatch.proxy.relay import Relay, StreamRelay
 from wedgewatch.proxy.responses import ResponsesRelay
 from wedgewatch.proxy.watch import Watch
 
-RELAYS: dict[Kind, type[Relay] | type[ResponsesRelay]] = {
+RELAYS: dict[Kind, Callable[[Watch, Kind], StreamRelay]] = {
     "chat": Relay,
     "completion": Relay,
     "responses": ResponsesRelay,
+    "messages": AnthropicRelay,
 }
 
 

@@ -24,28 +24,18 @@ would have given it.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from wedgewatch.proxy.assemble import Kind
 from wedgewatch.proxy.progress import is_error
 from wedgewatch.proxy.relay import decode
+from wedgewatch.proxy.typed import TypedRelay, event_type, has_text
 from wedgewatch.proxy.watch import Watch
 from wedgewatch.sse import DONE, SSEEvent
 
-_TYPE = re.compile(rb'"type"\s*:\s*"((?:response\.[A-Za-z_.]+)|error)"')
 _DELTA = b'"delta":"'
 _TERMINAL = frozenset({"response.completed", "response.incomplete"})
 _DECODED = _TERMINAL | {"response.failed", "error"}
-
-
-def event_type(ev: SSEEvent) -> str | None:
-    """The event's type: its ``event:`` line, else the ``type`` of its data (the only top-level
-    type that starts with ``response.``; item and part types never do)."""
-    if ev.event:
-        return ev.event
-    m = _TYPE.search(ev.data) if ev.data else None
-    return m.group(1).decode() if m is not None else None
 
 
 def is_progress(kind: str | None, data: bytes) -> bool:
@@ -59,17 +49,7 @@ def is_progress(kind: str | None, data: bytes) -> bool:
         # Pretty-printed JSON, or a delta that is an object (vLLM's first Responses server sent
         # reasoning as "response.reasoning.delta" with {"content": "..."}): ask the decoded event.
         obj = decode(data)
-        return obj is not None and _has_text(obj.get("delta"))
-    return False
-
-
-def _has_text(value: Any) -> bool:
-    if isinstance(value, str):
-        return value != ""
-    if isinstance(value, dict):
-        return any(_has_text(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_text(v) for v in value)
+        return obj is not None and has_text(obj.get("delta"))
     return False
 
 
@@ -107,27 +87,22 @@ def error_frame(obj: dict[str, Any]) -> bytes:
     return b"event: error\ndata: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
 
 
-class ResponsesRelay:
-    """``Relay``'s interface over a Responses API stream."""
+class ResponsesRelay(TypedRelay):
+    """``relay.StreamRelay`` over a Responses API stream."""
 
-    __slots__ = ("done", "error", "finish", "response", "usage", "want_usage", "watch")
+    __slots__ = ("response",)
 
     END = "response.completed"
 
-    def __init__(self, watch: Watch, kind: Kind = "responses") -> None:  # Relay's signature
-        self.watch = watch
-        self.want_usage = False  # usage always comes, inside the terminal event
-        self.done = False  # the terminal event came: what follows cannot fail the request
-        self.finish: str | None = None  # completed, or the reason the response is incomplete
-        self.usage: dict[str, Any] | None = None
-        self.error: dict[str, Any] | None = None
+    def __init__(self, watch: Watch, kind: Kind = "responses") -> None:
+        super().__init__(watch, kind)
         self.response: dict[str, Any] | None = None  # the terminal event's whole response
 
-    def _see(self, ev: SSEEvent, now: float) -> None:
-        """Classify one event: progress, the end, or an error; every event is passed on."""
+    def _see(self, ev: SSEEvent, now: float, assembling: bool) -> None:
+        """Classify one event: progress, the end, or an error."""
         data = ev.data
         assert data is not None
-        kind = event_type(ev)
+        kind = event_type(ev, b"response.") or event_type(ev, b"error")
         if data == DONE:  # not the API's end, but some servers and gateways add chat's [DONE]
             self.done = True
         elif is_progress(kind, data):
@@ -146,33 +121,8 @@ class ResponsesRelay:
             else:
                 self.error = _error(kind, obj)
 
-    def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool) -> list[bytes]:
-        frames: list[bytes] = []
-        for ev in events:
-            if ev.data is None:
-                if begun and ev.comments:
-                    frames.append(b"".join(b": " + c + b"\n" for c in ev.comments) + b"\n")
-                continue
-            self._see(ev, now)
-            frames.append(_frame(ev))
-        return frames
-
-    def assemble(self, events: list[SSEEvent], now: float) -> None:
-        for ev in events:
-            if ev.data is not None:
-                self._see(ev, now)
-
-    def release(self) -> list[bytes]:
-        return []  # nothing is kept back
-
     def answer(self) -> dict[str, Any]:
         return self.response or {}
 
     def error_frame(self, obj: dict[str, Any]) -> bytes:
         return error_frame(obj)
-
-
-def _frame(ev: SSEEvent) -> bytes:
-    head = b"event: " + ev.event.encode() + b"\n" if ev.event else b""
-    data = ev.data or b""
-    return head + b"".join(b"data: " + line + b"\n" for line in data.split(b"\n")) + b"\n"

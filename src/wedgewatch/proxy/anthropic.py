@@ -1,0 +1,146 @@
+"""What an Anthropic Messages API stream (``POST /v1/messages``) has said so far, and the frames
+to pass on (vLLM and llama.cpp's server serve this API; Claude Code speaks nothing else).
+
+- **Progress** is a ``content_block_delta`` that carries generated text (``text_delta``,
+  ``thinking_delta``, an ``input_json_delta`` piece of a tool call's input), and the
+  ``content_block_start`` of a ``tool_use`` block (it carries the call's name). ``message_start``,
+  ``ping``, the other block starts and stops, a ``signature_delta`` and ``message_delta`` are not.
+- **The end** is ``message_stop``. The usage comes in two halves: the input in
+  ``message_start``'s message, the output in ``message_delta`` (with the stop reason). A stream
+  that closes before ``message_stop`` was cut.
+- **An error** is an ``error`` event, ``{"type": "error", "error": {"type", "message"}}``; its
+  type says whose fault it is (``invalid_request_error`` 400 ... ``overloaded_error`` 529).
+
+A non-streaming client gets the message the events add up to, as the server would have answered
+it: no event carries the whole message, so the blocks are assembled (text and thinking
+concatenated, a tool call's input parsed from its JSON pieces).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from wedgewatch.proxy.assemble import Kind
+from wedgewatch.proxy.relay import decode
+from wedgewatch.proxy.typed import TypedRelay, event_type, has_text
+from wedgewatch.proxy.watch import Watch
+from wedgewatch.sse import DONE, SSEEvent
+
+_TEXT_KEYS = (b'"text":"', b'"thinking":"', b'"partial_json":"')
+_DELTA_FIELD = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
+# The HTTP status Anthropic answers each error type with (https://docs.anthropic.com/en/api/errors).
+_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+
+
+def is_progress(kind: str | None, data: bytes) -> bool:
+    """Does this event carry generated tokens? Decodes JSON only when the bytes cannot tell."""
+    if kind == "content_block_delta":
+        for key in _TEXT_KEYS:
+            i = data.find(key)
+            if i >= 0 and data[i + len(key) : i + len(key) + 1] != b'"':
+                return True
+        if b'": ' not in data:
+            return False
+        delta = (decode(data) or {}).get("delta")  # pretty-printed JSON: ask the decoded event
+        return isinstance(delta, dict) and has_text({k: delta.get(k) for k in _DELTA_FIELD.values()})
+    if kind == "content_block_start":
+        return b'"tool_use"' in data
+    return False
+
+
+def error_frame(obj: dict[str, Any]) -> bytes:
+    """The proxy's own error once the stream has begun: an ``error`` event in Anthropic's shape,
+    its ``error`` the proxy's error object; the SDK raises on it at once."""
+    event = {"type": "error", "error": obj.get("error") or {}}
+    return b"event: error\ndata: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+class AnthropicRelay(TypedRelay):
+    """``relay.StreamRelay`` over a Messages API stream."""
+
+    __slots__ = ("args", "blocks", "message")
+
+    END = "message_stop"
+
+    def __init__(self, watch: Watch, kind: Kind = "messages") -> None:
+        super().__init__(watch, kind)
+        self.message: dict[str, Any] = {}  # message_start's message, then message_delta's fields
+        self.blocks: list[dict[str, Any]] = []  # assembled for a non-streaming client only
+        self.args: list[str] = []  # each block's tool input JSON so far
+
+    def _see(self, ev: SSEEvent, now: float, assembling: bool) -> None:
+        data = ev.data
+        assert data is not None
+        kind = event_type(ev)
+        if data == DONE:
+            self.done = True
+        elif is_progress(kind, data):
+            self.watch.progress(now)
+            if assembling:
+                self._assemble(kind, decode(data) or {})
+        elif kind in ("message_start", "message_delta", "error"):
+            self._decoded(kind, decode(data) or {})
+        elif kind == "message_stop":
+            self.done = True
+        elif assembling and kind in ("content_block_start", "content_block_delta", "content_block_stop"):
+            self._assemble(kind, decode(data) or {})
+
+    def _decoded(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "error":
+            err = obj.get("error")
+            err = dict(err) if isinstance(err, dict) else {"message": str(err)}
+            err.setdefault("status", _STATUS.get(str(err.get("type")), 500))
+            self.error = {"error": err}
+            return
+        if kind == "message_start":
+            msg = obj.get("message")
+            self.message = dict(msg) if isinstance(msg, dict) else {}
+        else:
+            delta = obj.get("delta")
+            if isinstance(delta, dict):
+                self.message.update(delta)
+                self.finish = str(delta.get("stop_reason") or "") or None
+            if isinstance(obj.get("usage"), dict):
+                self.message["usage"] = {**(self.message.get("usage") or {}), **obj["usage"]}
+        usage = self.message.get("usage")
+        self.usage = usage if isinstance(usage, dict) else None
+
+    def _assemble(self, kind: str | None, obj: dict[str, Any]) -> None:
+        index = obj.get("index")
+        if kind == "content_block_start" and isinstance(obj.get("content_block"), dict):
+            self.blocks.append(dict(obj["content_block"]))
+            self.args.append("")
+            return
+        if not isinstance(index, int) or not 0 <= index < len(self.blocks):
+            return
+        block = self.blocks[index]
+        delta = obj.get("delta")
+        if kind == "content_block_delta" and isinstance(delta, dict):
+            field = _DELTA_FIELD.get(str(delta.get("type")))
+            if field == "partial_json":
+                self.args[index] += str(delta.get("partial_json", ""))
+            elif field is not None:
+                block[field] = str(block.get(field, "")) + str(delta.get(field, ""))
+            elif delta.get("type") == "signature_delta":
+                block["signature"] = delta.get("signature")
+        elif kind == "content_block_stop" and block.get("type") == "tool_use" and self.args[index]:
+            try:
+                block["input"] = json.loads(self.args[index])
+            except ValueError:
+                block["input"] = self.args[index]  # as the server would not: but never lost
+
+    def answer(self) -> dict[str, Any]:
+        return {**self.message, "content": self.blocks}
+
+    def error_frame(self, obj: dict[str, Any]) -> bytes:
+        return error_frame(obj)

@@ -1,0 +1,93 @@
+"""What the relays of typed-event streams share: the Responses API (``responses.py``) and
+Anthropic's Messages API (``anthropic.py``) frame every event as ``event: <type>`` plus its
+``data:`` line and end with an event of their own, not ``[DONE]``.
+
+Each event is passed on as it came, its ``event:`` line kept (Anthropic's SDK skips an event
+without one). A subclass says what an event means (``_see``) and how the proxy's own error is
+framed once a stream has begun (``error_frame``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from wedgewatch.proxy.assemble import Kind
+from wedgewatch.proxy.watch import Watch
+from wedgewatch.sse import SSEEvent
+
+_TYPE = re.compile(rb'"type"\s*:\s*"([A-Za-z_.]+)"')
+
+
+def event_type(ev: SSEEvent, prefix: bytes = b"") -> str | None:
+    """The event's type: its ``event:`` line, else the first ``type`` in its data that starts
+    with ``prefix`` (the top-level type comes first in every server's events we know)."""
+    if ev.event:
+        return ev.event
+    if not ev.data:
+        return None
+    for m in _TYPE.finditer(ev.data):
+        if m.group(1).startswith(prefix):
+            return m.group(1).decode()
+    return None
+
+
+def has_text(value: Any) -> bool:
+    """A non-empty string, or a dict or list that holds one."""
+    if isinstance(value, str):
+        return value != ""
+    if isinstance(value, dict):
+        return any(has_text(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_text(v) for v in value)
+    return False
+
+
+class TypedRelay:
+    """``relay.StreamRelay`` over a stream of typed events."""
+
+    __slots__ = ("done", "error", "finish", "usage", "want_usage", "watch")
+
+    END = "its last event"
+
+    def __init__(self, watch: Watch, kind: Kind) -> None:  # kind: the relays' one signature
+        self.watch = watch
+        self.want_usage = False  # usage always comes, in the stream's own events
+        self.done = False  # the stream's end came: what follows cannot fail the request
+        self.finish: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+
+    def _see(self, ev: SSEEvent, now: float, assembling: bool) -> None:
+        raise NotImplementedError
+
+    def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool) -> list[bytes]:
+        frames: list[bytes] = []
+        for ev in events:
+            if ev.data is None:
+                if begun and ev.comments:
+                    frames.append(b"".join(b": " + c + b"\n" for c in ev.comments) + b"\n")
+                continue
+            self._see(ev, now, False)
+            frames.append(frame(ev))
+        return frames
+
+    def assemble(self, events: list[SSEEvent], now: float) -> None:
+        for ev in events:
+            if ev.data is not None:
+                self._see(ev, now, True)
+
+    def release(self) -> list[bytes]:
+        return []  # nothing is kept back
+
+    def answer(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def error_frame(self, obj: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+
+def frame(ev: SSEEvent) -> bytes:
+    head = b"event: " + ev.event.encode() + b"\n" if ev.event else b""
+    data = ev.data or b""
+    return head + b"".join(b"data: " + line + b"\n" for line in data.split(b"\n")) + b"\n"
