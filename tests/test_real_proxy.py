@@ -240,3 +240,45 @@ async def test_the_responses_api_is_watched_on_the_real_server_too(
     assert whole["path"] == "/v1/responses" and whole["outcome"] == "ok"
     assert whole["tokens_out"] == whole["completion_tokens"] == 16 and whole["prompt_tokens"] > 0
     assert frozen["outcome"] == "stall_midstream" and frozen["tokens_out"] >= 5
+
+
+async def test_the_messages_api_is_watched_on_the_real_server_too(
+    llama: RunningServer, tmp_path: Path
+) -> None:
+    """llama.cpp serves Anthropic's ``/v1/messages``: the proxy's non-streaming answer is the
+    server's own message, each token of a stream counts, and a frozen server is ``stall_midstream``."""
+    import anthropic
+
+    msgs = [{"role": "user", "content": "Write hello world."}]
+    zero = {"temperature": 0}  # as extra_body: this SDK release takes no temperature argument
+    direct = anthropic.AsyncAnthropic(base_url=llama.url, api_key="x", max_retries=0, timeout=60)
+    own = await direct.messages.create(model=ALIAS, max_tokens=16, messages=msgs, extra_body=zero)  # type: ignore[arg-type]
+    pid = llama.proc.pid
+    async with Proxy(llama.url, WATCHDOG, records_path=tmp_path / "req.jsonl") as proxy:
+        via = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="x", max_retries=0, timeout=60)
+        got = await via.messages.create(model=ALIAS, max_tokens=16, messages=msgs, extra_body=zero)  # type: ignore[arg-type]
+        deltas = 0
+        stopped_at: float | None = None
+        try:
+            with pytest.raises(anthropic.APIStatusError) as caught:
+                async with via.messages.stream(
+                    model=ALIAS, max_tokens=1500, messages=msgs, extra_body=zero
+                ) as s:  # type: ignore[arg-type]
+                    async for _ in s.text_stream:
+                        deltas += 1
+                        if deltas == 5:
+                            os.kill(pid, signal.SIGSTOP)
+                            stopped_at = time.monotonic()
+            ended_after = time.monotonic() - (stopped_at or 0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    assert [b.model_dump() for b in got.content] == [b.model_dump() for b in own.content] and got.content
+    assert got.usage.output_tokens == own.usage.output_tokens == 16 and got.stop_reason == own.stop_reason
+    assert stopped_at is not None
+    body = caught.value.body
+    assert isinstance(body, dict) and body["error"]["code"] == "stall_midstream", body
+    assert STALL - 0.5 <= ended_after <= STALL + 5, ended_after
+    whole, frozen = records(tmp_path / "req.jsonl")
+    assert whole["path"] == "/v1/messages" and whole["outcome"] == "ok"
+    assert whole["tokens_out"] == whole["completion_tokens"] == 16 and whole["prompt_tokens"] > 0
+    assert frozen["outcome"] == "stall_midstream" and frozen["tokens_out"] >= 5
