@@ -185,6 +185,59 @@ def test_the_responses_api_streamed_and_whole(start_sim) -> None:  # type: ignor
     assert m.total("vllm:generation_tokens_total", model_name="sim-model") == 9 + 64 + 64 + call_tokens + 5
 
 
+def test_the_messages_api_streamed_and_whole(start_sim) -> None:  # type: ignore[no-untyped-def]
+    """Anthropic's ``/v1/messages`` as vLLM and llama.cpp serve it: ``message_start`` with the
+    input usage, blocks started, filled by deltas and stopped, ``message_delta`` with the stop
+    reason and output usage, ``message_stop``; tool use and tool results; its errors."""
+    import anthropic
+
+    s = start_sim(*FAST, "--max-model-len", "400")
+    c = anthropic.Anthropic(base_url=s.url, api_key="sk-test", max_retries=0, timeout=10)
+    user = [{"role": "user", "content": "Tell me."}]
+    whole = c.messages.create(model="sim-model", system="Be brief.", max_tokens=9, messages=user)  # type: ignore[arg-type]
+    assert whole.stop_reason == "max_tokens" and whole.usage.output_tokens == 9
+    assert whole.content[0].type == "text" and len(whole.content[0].text) > 9
+    raw = httpx.post(
+        s.v1 + "/messages", json={"model": "sim-model", "max_tokens": 64, "messages": user, "stream": True}
+    )
+    frames = [f.split("\n") for f in raw.text.split("\n\n") if f]
+    events = [(f[0].removeprefix("event: "), json.loads(f[1].removeprefix("data: "))) for f in frames]
+    assert all(name == data["type"] for name, data in events)
+    kinds = [name for name, _ in events]
+    assert kinds[:2] == ["message_start", "content_block_start"] and kinds[-3:] == [
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert kinds.count("content_block_delta") == 64 == events[-2][1]["usage"]["output_tokens"]
+    plain = c.messages.create(model="sim-model", max_tokens=1, messages=user)  # type: ignore[arg-type]
+    assert events[0][1]["message"]["usage"]["input_tokens"] == plain.usage.input_tokens
+    assert whole.usage.input_tokens > plain.usage.input_tokens  # the system prompt counts
+
+    tools = [
+        {"name": "list_files", "description": "List", "input_schema": {"type": "object", "properties": {}}}
+    ]
+    turn = [{"role": "user", "content": [{"type": "text", "text": "Please call list_files."}]}]
+    called = c.messages.create(model="sim-model", max_tokens=50, messages=turn, tools=tools)  # type: ignore[arg-type]
+    (use,) = called.content
+    assert use.type == "tool_use" and use.name == "list_files" and use.input == {}
+    assert called.stop_reason == "tool_use"
+    result = {"type": "tool_result", "tool_use_id": use.id, "content": "a.py b.py"}
+    history = [*turn, {"role": "assistant", "content": called.content}, {"role": "user", "content": [result]}]
+    after = c.messages.create(model="sim-model", max_tokens=5, messages=history, tools=tools)  # type: ignore[arg-type]
+    assert after.content[0].type == "text"  # the last turn is the tool's result: no new call
+    assert after.usage.input_tokens > called.usage.input_tokens
+
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        c.messages.create(model="sim-model", max_tokens=5, messages=[{"role": "system", "content": "x"}])  # type: ignore[list-item]
+    assert "messages[0]" in str(bad.value)
+    with pytest.raises(anthropic.BadRequestError) as long:
+        c.messages.create(
+            model="sim-model", max_tokens=5, messages=[{"role": "user", "content": "word " * 500}]
+        )
+    assert "maximum context length is 400 tokens" in str(long.value)
+
+
 def test_models_version_health_and_lora(start_sim) -> None:  # type: ignore[no-untyped-def]
     s = start_sim(
         *FAST,
