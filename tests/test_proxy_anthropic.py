@@ -25,6 +25,7 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.proxy.anthropic import is_progress
 from wedgewatch.sse import SSEParser
+from wedgewatch.testing import ScriptedUpstream
 
 KEY = "sk-ant-wedgewatch-test-SECRET-5151"
 MODEL = "sim-model"
@@ -211,6 +212,43 @@ async def test_upstream_errors_on_the_messages_api_are_infra_errors_the_sdk_does
     assert isinstance(cut.value.body, dict) and cut.value.body["error"]["code"] == "connection"
     assert await h.received() - before == 2
     assert [r["outcome"] for r in h.rows()] == ["upstream_http_503", "connection"]
+
+
+async def test_endings_the_simulator_does_not_send_are_read_as_anthropics_client_would(
+    tmp_path: Path,
+) -> None:
+    """From a scripted server: a stream that ends without ``message_stop`` is cut (the SDK
+    raises on the proxy's error event); the server's own error event after a token goes on as it
+    came (the SDK raises on it) and its type is the row's status; an ``overloaded_error`` before
+    any token is answered with Anthropic's 529 for it."""
+    up = ScriptedUpstream()
+    async with up.serve() as url:
+        with Ledger(tmp_path / "l.sqlite") as ledger:
+            proxy = Proxy(url, WatchdogConfig(ttft_timeout=2, stall_timeout=2), ledger=ledger)
+            await proxy.start()
+            try:
+                client = anthropic.AsyncAnthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+                raised: dict[str, anthropic.APIStatusError] = {}
+                for word in ("CUT", "ERROR", "OVERLOADED0"):
+                    with pytest.raises(anthropic.APIStatusError) as info:
+                        msgs = [{"role": "user", "content": word}]
+                        async with client.messages.stream(model="m", max_tokens=9, messages=msgs) as events:  # type: ignore[arg-type]
+                            async for _ in events.text_stream:
+                                pass
+                    raised[word] = info.value
+            finally:
+                await proxy.stop()
+            rows = [dict(r) for r in ledger.query("SELECT * FROM requests ORDER BY started_at")]
+    assert len(up.seen) == 3  # one request each: no retry
+    assert [(r["outcome"], r["http_status"], r["tokens_out"], r["prompt_tokens"]) for r in rows] == [
+        ("connection", 200, 1, 7),
+        ("upstream_http_500", 200, 1, 7),
+        ("upstream_http_529", 529, 0, 7),
+    ]
+    assert "ended without message_stop after 1 tokens" in json.loads(rows[0]["detail_json"])["error"]
+    assert raised["CUT"].body["error"]["code"] == "connection"  # type: ignore[index]
+    assert raised["ERROR"].body == {"type": "error", "error": {"type": "api_error", "message": "engine died"}}
+    assert raised["OVERLOADED0"].status_code == 529
 
 
 async def test_a_messages_request_is_fingerprinted_with_its_system_prompt(harness: Harness) -> None:

@@ -12,7 +12,9 @@ chunk and ends. Chat is served with and without ``/v1``. ``/v1/responses`` answe
 ``input``: ``CUT`` (one delta, then the end without ``response.completed``), ``ERROR`` (one
 delta, then an ``error`` event), ``FAILED0`` / ``INVALID0`` (``response.failed`` before any
 token, with ``server_error`` / ``invalid_prompt``), ``DONE`` (one delta, then ``[DONE]``
-instead of ``response.completed``).
+instead of ``response.completed``). ``/v1/messages`` answers by its last message: ``CUT`` (one
+delta, then the end without ``message_stop``), ``ERROR`` (one delta, then an ``api_error``
+event), ``OVERLOADED0`` (an ``overloaded_error`` event before any token).
 ``/v1/audio/speech`` streams an endpoint the proxy does not watch; a ``GET /v1/slow`` never
 answers."""
 
@@ -158,6 +160,34 @@ class ScriptedUpstream:
         await resp.write_eof()
         return resp
 
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        """Anthropic Messages API endings the simulator does not produce."""
+        body = await request.json()
+        self.seen.append((dict(request.headers), body))
+        word = body["messages"][-1]["content"]
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+
+        async def event(obj: dict[str, Any]) -> None:
+            await resp.write(f"event: {obj['type']}\n".encode() + _sse(obj))
+
+        usage = {"input_tokens": 7, "output_tokens": 0}
+        start = {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "usage": usage}
+        await event({"type": "message_start", "message": start})
+        if word == "OVERLOADED0":  # an error before any token, as a busy server answers
+            await event({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+        else:
+            await event(
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+            )
+            await event(
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}
+            )
+        if word == "ERROR":
+            await event({"type": "error", "error": {"type": "api_error", "message": "engine died"}})
+        await resp.write_eof()
+        return resp
+
     async def speech(self, request: web.Request) -> web.StreamResponse:
         """A streaming endpoint the proxy does not watch: one event every 0.4 s; "STALL" stops
         after the first."""
@@ -182,6 +212,7 @@ class ScriptedUpstream:
         app.router.add_post("/v1/chat/completions", self.handle)
         app.router.add_post("/chat/completions", self.handle)  # llama.cpp serves it without /v1 too
         app.router.add_post("/v1/responses", self.responses)
+        app.router.add_post("/v1/messages", self.messages)
         app.router.add_post("/v1/audio/speech", self.speech)
         app.router.add_get("/v1/slow", self.slow_read)
         runner = web.AppRunner(app, handler_cancellation=True)
