@@ -9,6 +9,7 @@ of its tests.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,6 +101,67 @@ def start_sim(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
     yield _start
     for s in started:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def keywords_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One simulator per module on the bundled ``keywords`` scenario (a fault by a word in the
+    prompt: STALL-TTFT, STALL-MID after 5 tokens, HTTP-503, DROP after 3, ...), pinging every
+    0.2 s on open streams so every stall test also shows that pings keep nothing alive."""
+    argv = [sys.executable, "-m", "wedgewatch", "sim", "--port", "0", "--scenario", "keywords"]
+    server = launch([*argv, "--sse-ping-interval", "0.2"], tmp_path_factory.mktemp("sim") / "sim.log")
+    yield server
+    server.stop()
+
+
+@dataclass
+class Watched:
+    """A proxy in this process in front of the module's ``keywords_sim``, with its SQLite ledger
+    and the events it published."""
+
+    sim: RunningServer
+    proxy: Any  # wedgewatch.proxy.Proxy (imported by the fixture: conftest stays light)
+    ledger: Any  # wedgewatch.ledger.Ledger
+    events: list[Any]
+
+    async def received(self) -> int:
+        """Generation requests the simulator has received so far (its /sim/stats)."""
+        import aiohttp
+
+        async with aiohttp.ClientSession() as s, s.get(self.sim.url + "/sim/stats") as r:
+            return int((await r.json())["received"])
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.ledger.query("SELECT * FROM requests ORDER BY started_at")]
+
+
+@pytest.fixture
+async def watched(keywords_sim: RunningServer, tmp_path: Path) -> Any:
+    """A ``Watched`` proxy with 1 s first-token and mid-stream deadlines, no rate check."""
+    from wedgewatch.config import WatchdogConfig
+    from wedgewatch.events import EventBus
+    from wedgewatch.ledger import Ledger
+    from wedgewatch.proxy import Proxy
+
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    bus = EventBus()
+    events: list[Any] = []
+    bus.subscribe(events.append)
+    cfg = WatchdogConfig(ttft_timeout=1, stall_timeout=1, min_rate=0, total_timeout=30)
+    proxy = Proxy(keywords_sim.url, cfg, ledger=ledger, bus=bus)
+    await proxy.start()
+    yield Watched(keywords_sim, proxy, ledger, events)
+    await proxy.stop()
+    ledger.close()
+
+
+def sse_events(raw: bytes) -> list[tuple[str | None, dict[str, Any]]]:
+    """A whole SSE body as (event name, decoded data) pairs, comments and [DONE] left out."""
+    from wedgewatch.sse import SSEParser
+
+    parser = SSEParser()
+    events = parser.feed(raw) + parser.close()
+    return [(e.event, json.loads(e.data)) for e in events if e.data is not None and e.data != b"[DONE]"]
 
 
 @pytest.fixture

@@ -7,9 +7,7 @@ ledger. Faults are keyed by a word in the last user message (the bundled ``keywo
 from __future__ import annotations
 
 import json
-import sys
 import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +15,12 @@ import aiohttp
 import anthropic
 import pytest
 
-from conftest import RunningServer, launch
+from conftest import RunningServer, Watched, sse_events
 from wedgewatch import fingerprint
 from wedgewatch.config import WatchdogConfig
-from wedgewatch.events import Event, EventBus
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.proxy.anthropic import is_progress
-from wedgewatch.sse import SSEParser
 from wedgewatch.testing import ScriptedUpstream
 
 KEY = "sk-ant-wedgewatch-test-SECRET-5151"
@@ -42,43 +38,8 @@ TOOLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    d = tmp_path_factory.mktemp("sim")
-    # The bundled `keywords` scenario: STALL-TTFT, STALL-MID (5 tokens), HTTP-503, DROP (3 tokens).
-    argv = [sys.executable, "-m", "wedgewatch", "sim", "--port", "0", "--scenario", "keywords"]
-    server = launch([*argv, "--sse-ping-interval", "0.2"], d / "sim.log")
-    yield server
-    server.stop()
-
-
-class Harness:
-    def __init__(self, sim: RunningServer, proxy: Proxy, ledger: Ledger, events: list[Event]) -> None:
-        self.sim, self.proxy, self.ledger, self.events = sim, proxy, ledger, events
-
-    def client(self) -> anthropic.AsyncAnthropic:
-        return anthropic.AsyncAnthropic(base_url=self.proxy.url + "/a/att-m", api_key=KEY)
-
-    async def received(self) -> int:
-        async with aiohttp.ClientSession() as s, s.get(self.sim.url + "/sim/stats") as r:
-            return int((await r.json())["received"])
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.ledger.query("SELECT * FROM requests ORDER BY started_at")]
-
-
-@pytest.fixture
-async def harness(sim: RunningServer, tmp_path: Path) -> AsyncIterator[Harness]:
-    ledger = Ledger(tmp_path / "ledger.sqlite")
-    bus = EventBus()
-    events: list[Event] = []
-    bus.subscribe(events.append)
-    cfg = WatchdogConfig(ttft_timeout=1, stall_timeout=1, min_rate=0, total_timeout=30)
-    proxy = Proxy(sim.url, cfg, ledger=ledger, bus=bus)
-    await proxy.start()
-    yield Harness(sim, proxy, ledger, events)
-    await proxy.stop()
-    ledger.close()
+def client(h: Watched) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(base_url=h.proxy.url + "/a/att-m", api_key=KEY)
 
 
 async def _raw(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
@@ -86,30 +47,24 @@ async def _raw(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
         return r.status, await r.read()
 
 
-def _events(raw: bytes) -> list[tuple[str | None, dict[str, Any]]]:
-    parser = SSEParser()
-    return [(e.event, json.loads(e.data)) for e in parser.feed(raw) + parser.close() if e.data is not None]
-
-
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "nostream"])
 @pytest.mark.parametrize(
     ("kind", "prompt"), [("stall_ttft", "STALL-TTFT"), ("stall_midstream", "STALL-MID")], ids=["ttft", "mid"]
 )
 async def test_a_stalled_message_is_raised_at_once_without_retry(
-    harness: Harness, kind: str, prompt: str, stream: bool
+    watched: Watched, kind: str, prompt: str, stream: bool
 ) -> None:
-    h = harness
-    before = await h.received()
+    before = await watched.received()
     texts: list[str] = []
     t0 = time.monotonic()
     body = {"model": MODEL, "max_tokens": 500, "messages": [{"role": "user", "content": prompt}]}
     with pytest.raises(anthropic.APIStatusError) as info:
         if stream:
-            async with h.client().messages.stream(**body) as events:  # type: ignore[arg-type]
+            async with client(watched).messages.stream(**body) as events:  # type: ignore[arg-type]
                 async for text in events.text_stream:
                     texts.append(text)
         else:
-            await h.client().messages.create(**body)  # type: ignore[arg-type]
+            await client(watched).messages.create(**body)  # type: ignore[arg-type]
     took = time.monotonic() - t0
     err = info.value
     inner = err.body.get("error") if isinstance(err.body, dict) else None
@@ -120,38 +75,37 @@ async def test_a_stalled_message_is_raised_at_once_without_retry(
     else:
         assert err.status_code == 503 and err.response.headers["x-should-retry"] == "false"
     assert 1.0 <= took <= 1.5 + MARGIN
-    assert await h.received() - before == 1  # no retry
-    (row,) = h.rows()
+    assert await watched.received() - before == 1  # no retry
+    (row,) = watched.rows()
     assert row["outcome"] == kind and row["path"] == "/v1/messages" and row["attempt_id"] == "att-m"
     assert row["tokens_out"] == (5 if kind == "stall_midstream" else 0)
     assert row["http_status"] == (200 if begun else 503)
     assert row["prompt_tokens"] is not None and row["prompt_tokens"] > 0  # from message_start
-    stalls = [e for e in h.events if e.kind == "stall"]
+    stalls = [e for e in watched.events if e.kind == "stall"]
     assert len(stalls) == 1 and stalls[0].attempt_id == "att-m"
 
 
 async def test_a_healthy_stream_goes_on_event_by_event_and_its_row_counts_the_tokens(
-    harness: Harness, sim: RunningServer
+    watched: Watched, keywords_sim: RunningServer
 ) -> None:
-    h = harness
     body = {
         "model": MODEL,
         "max_tokens": 30,
         "stream": True,
         "messages": [{"role": "user", "content": "Tell me."}],
     }
-    status, direct = await _raw(sim.url, body)
+    status, direct = await _raw(keywords_sim.url, body)
     assert status == 200
-    status, proxied = await _raw(h.proxy.url, body)
+    status, proxied = await _raw(watched.proxy.url, body)
     assert status == 200
-    want, got = _events(direct), _events(proxied)
+    want, got = sse_events(direct), sse_events(proxied)
     # the same events in the same order, each still framed with its event: line, the same text
     assert [(name, obj["type"]) for name, obj in got] == [(name, obj["type"]) for name, obj in want]
     assert all(name == obj["type"] for name, obj in got)
     deltas = [obj["delta"]["text"] for _, obj in got if obj["type"] == "content_block_delta"]
     assert deltas == [obj["delta"]["text"] for _, obj in want if obj["type"] == "content_block_delta"]
     assert got[-2][1]["delta"]["stop_reason"] == "max_tokens" and got[-1][1]["type"] == "message_stop"
-    (row,) = h.rows()
+    (row,) = watched.rows()
     assert row["outcome"] == "ok" and row["client_stream"] == 1
     assert row["tokens_out"] == len(deltas) == 30 == row["completion_tokens"]
     assert row["prompt_tokens"] == got[0][1]["message"]["usage"]["input_tokens"]
@@ -160,9 +114,8 @@ async def test_a_healthy_stream_goes_on_event_by_event_and_its_row_counts_the_to
 
 @pytest.mark.parametrize("tools", [False, True], ids=["text", "tool_use"])
 async def test_a_non_streaming_answer_is_the_message_the_server_would_give(
-    harness: Harness, sim: RunningServer, tools: bool
+    watched: Watched, keywords_sim: RunningServer, tools: bool
 ) -> None:
-    h = harness
     body: dict[str, Any] = {
         "model": MODEL,
         "max_tokens": 60,
@@ -171,22 +124,22 @@ async def test_a_non_streaming_answer_is_the_message_the_server_would_give(
     }
     if tools:
         body |= {"messages": [{"role": "user", "content": "Please call list_files now."}], "tools": TOOLS}
-    status, raw = await _raw(sim.url, body)
+    status, raw = await _raw(keywords_sim.url, body)
     assert status == 200
     own = json.loads(raw)
-    status, raw_proxied = await _raw(h.proxy.url, body)  # the proxy streamed it upstream
+    status, raw_proxied = await _raw(watched.proxy.url, body)  # the proxy streamed it upstream
     assert status == 200
     mine = json.loads(raw_proxied)
     for key in ("type", "role", "model", "content", "stop_reason", "stop_sequence", "usage"):
         assert mine[key] == own[key], key
-    got = await h.client().messages.create(**body)  # and the SDK reads it as any answer
+    got = await client(watched).messages.create(**body)  # and the SDK reads it as any answer
     if tools:
         (block,) = got.content
         assert block.type == "tool_use" and block.name == "list_files"
         assert block.input == {"path": "filler", "depth": 1} and got.stop_reason == "tool_use"
     else:
         assert got.content[0].type == "text" and len(got.content[0].text) > 40
-    rows = h.rows()
+    rows = watched.rows()
     assert [(r["outcome"], r["client_stream"]) for r in rows] == [("ok", 0), ("ok", 0)]
     row = rows[0]
     # every token counted as progress: each delta, and the block start that names the tool
@@ -194,24 +147,23 @@ async def test_a_non_streaming_answer_is_the_message_the_server_would_give(
 
 
 async def test_upstream_errors_on_the_messages_api_are_infra_errors_the_sdk_does_not_retry(
-    harness: Harness,
+    watched: Watched,
 ) -> None:
-    h = harness
-    before = await h.received()
+    before = await watched.received()
     with pytest.raises(anthropic.APIStatusError) as info:
-        await h.client().messages.create(
+        await client(watched).messages.create(
             model=MODEL, max_tokens=50, messages=[{"role": "user", "content": "HTTP-503 please"}]
         )
     assert info.value.status_code == 503 and info.value.response.headers["x-should-retry"] == "false"
     with pytest.raises(anthropic.APIStatusError) as cut:
-        async with h.client().messages.stream(
+        async with client(watched).messages.stream(
             model=MODEL, max_tokens=50, messages=[{"role": "user", "content": "DROP it"}]
         ) as events:
             async for _ in events.text_stream:
                 pass
     assert isinstance(cut.value.body, dict) and cut.value.body["error"]["code"] == "connection"
-    assert await h.received() - before == 2
-    assert [r["outcome"] for r in h.rows()] == ["upstream_http_503", "connection"]
+    assert await watched.received() - before == 2
+    assert [r["outcome"] for r in watched.rows()] == ["upstream_http_503", "connection"]
 
 
 async def test_endings_the_simulator_does_not_send_are_read_as_anthropics_client_would(
@@ -251,7 +203,7 @@ async def test_endings_the_simulator_does_not_send_are_read_as_anthropics_client
     assert raised["OVERLOADED0"].status_code == 529
 
 
-async def test_a_messages_request_is_fingerprinted_with_its_system_prompt(harness: Harness) -> None:
+async def test_a_messages_request_is_fingerprinted_with_its_system_prompt(watched: Watched) -> None:
     statement = "The parser rejects a leap day in a century year.\nIt must accept 2000-02-29 as valid."
     system = "You are a careful software engineer working in a repository."
     body = {
@@ -260,9 +212,9 @@ async def test_a_messages_request_is_fingerprinted_with_its_system_prompt(harnes
         "system": system,
         "messages": [{"role": "user", "content": [{"type": "text", "text": statement}]}],
     }
-    status, _ = await _raw(harness.proxy.url, body)
+    status, _ = await _raw(watched.proxy.url, body)
     assert status == 200
-    (row,) = harness.rows()
+    (row,) = watched.rows()
     fp = json.loads(row["detail_json"])["fp"]
     twin = [{"role": "system", "content": system}, {"role": "user", "content": statement}]
     assert fp == fingerprint.of_messages(twin) and len(fp["lines"]) == 3

@@ -7,9 +7,7 @@ ledger. Faults are keyed by a word in the input (the bundled ``keywords`` scenar
 from __future__ import annotations
 
 import json
-import sys
 import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +15,12 @@ import aiohttp
 import openai
 import pytest
 
-from conftest import RunningServer, launch
+from conftest import RunningServer, Watched, sse_events
 from wedgewatch import fingerprint
 from wedgewatch.config import WatchdogConfig
-from wedgewatch.events import Event, EventBus
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.proxy.responses import is_progress
-from wedgewatch.sse import SSEParser
 from wedgewatch.testing import ScriptedUpstream
 
 KEY = "sk-wedgewatch-test-SECRET-7373"
@@ -45,44 +41,8 @@ TOOLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    d = tmp_path_factory.mktemp("sim")
-    # The bundled `keywords` scenario: STALL-TTFT, STALL-MID (5 tokens), HTTP-503, DROP (3 tokens).
-    argv = [sys.executable, "-m", "wedgewatch", "sim", "--port", "0", "--scenario", "keywords"]
-    server = launch([*argv, "--sse-ping-interval", "0.2"], d / "sim.log")
-    yield server
-    server.stop()
-
-
-class Harness:
-    def __init__(self, sim: RunningServer, proxy: Proxy, ledger: Ledger, events: list[Event]) -> None:
-        self.sim, self.proxy, self.ledger, self.events = sim, proxy, ledger, events
-
-    def client(self) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=self.proxy.url + "/a/att-r/v1", api_key=KEY)
-
-    async def stats(self) -> dict[str, Any]:
-        async with aiohttp.ClientSession() as s, s.get(self.sim.url + "/sim/stats") as r:
-            data: dict[str, Any] = await r.json()
-            return data
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.ledger.query("SELECT * FROM requests ORDER BY started_at")]
-
-
-@pytest.fixture
-async def harness(sim: RunningServer, tmp_path: Path) -> AsyncIterator[Harness]:
-    ledger = Ledger(tmp_path / "ledger.sqlite")
-    bus = EventBus()
-    events: list[Event] = []
-    bus.subscribe(events.append)
-    cfg = WatchdogConfig(ttft_timeout=1, stall_timeout=1, min_rate=0, total_timeout=30)
-    proxy = Proxy(sim.url, cfg, ledger=ledger, bus=bus)
-    await proxy.start()
-    yield Harness(sim, proxy, ledger, events)
-    await proxy.stop()
-    ledger.close()
+def client(h: Watched) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=h.proxy.url + "/a/att-r/v1", api_key=KEY)
 
 
 async def _raw(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
@@ -90,31 +50,24 @@ async def _raw(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
         return r.status, await r.read()
 
 
-def _events(raw: bytes) -> list[tuple[str | None, dict[str, Any]]]:
-    parser = SSEParser()
-    evs = parser.feed(raw) + parser.close()
-    return [(e.event, json.loads(e.data)) for e in evs if e.data is not None]
-
-
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "nostream"])
 @pytest.mark.parametrize(
     ("kind", "prompt"), [("stall_ttft", "STALL-TTFT"), ("stall_midstream", "STALL-MID")], ids=["ttft", "mid"]
 )
 async def test_a_stalled_response_is_raised_at_once_without_retry(
-    harness: Harness, kind: str, prompt: str, stream: bool
+    watched: Watched, kind: str, prompt: str, stream: bool
 ) -> None:
-    h = harness
-    before = await h.stats()
+    before = await watched.received()
     deltas: list[str] = []
     t0 = time.monotonic()
     with pytest.raises(openai.APIError) as info:
         if stream:
-            events = await h.client().responses.create(model=MODEL, input=prompt, stream=True)
+            events = await client(watched).responses.create(model=MODEL, input=prompt, stream=True)
             async for ev in events:
                 if ev.type == "response.output_text.delta":
                     deltas.append(ev.delta)
         else:
-            await h.client().responses.create(model=MODEL, input=prompt)
+            await client(watched).responses.create(model=MODEL, input=prompt)
     took = time.monotonic() - t0
     err = info.value
     assert isinstance(err.body, dict) and err.body["code"] == kind and err.body["type"] == "upstream_stalled"
@@ -125,26 +78,24 @@ async def test_a_stalled_response_is_raised_at_once_without_retry(
         assert isinstance(err, openai.APIStatusError) and err.status_code == 503
         assert err.response.headers["x-should-retry"] == "false"
     assert 1.0 <= took <= (0.5 if kind == "stall_midstream" else 0.0) + 1.0 + MARGIN
-    after = await h.stats()
-    assert after["received"] - before["received"] == 1  # no retry
-    (row,) = h.rows()
+    assert await watched.received() - before == 1  # no retry
+    (row,) = watched.rows()
     assert row["outcome"] == kind and row["path"] == "/v1/responses" and row["attempt_id"] == "att-r"
     assert row["tokens_out"] == (5 if kind == "stall_midstream" else 0)
     assert row["http_status"] == (200 if begun else 503)
-    stalls = [e for e in h.events if e.kind == "stall"]
+    stalls = [e for e in watched.events if e.kind == "stall"]
     assert len(stalls) == 1 and stalls[0].attempt_id == "att-r"
 
 
 async def test_a_healthy_stream_goes_on_event_by_event_and_its_row_counts_the_tokens(
-    harness: Harness, sim: RunningServer
+    watched: Watched, keywords_sim: RunningServer
 ) -> None:
-    h = harness
     body = {"model": MODEL, "input": "Tell me a story.", "max_output_tokens": 40, "stream": True}
-    status, direct = await _raw(sim.url, body)
+    status, direct = await _raw(keywords_sim.url, body)
     assert status == 200
-    status, proxied = await _raw(h.proxy.url, body)
+    status, proxied = await _raw(watched.proxy.url, body)
     assert status == 200
-    want, got = _events(direct), _events(proxied)
+    want, got = sse_events(direct), sse_events(proxied)
     # the same events in the same order, each still framed with its event: line
     assert [(name, obj["type"]) for name, obj in got] == [(name, obj["type"]) for name, obj in want]
     assert all(name == obj["type"] for name, obj in got)
@@ -152,7 +103,7 @@ async def test_a_healthy_stream_goes_on_event_by_event_and_its_row_counts_the_to
     assert text == "".join(obj["delta"] for _, obj in want if obj["type"] == "response.output_text.delta")
     final = got[-1][1]["response"]
     assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "max_output_tokens"}
-    (row,) = h.rows()
+    (row,) = watched.rows()
     assert row["outcome"] == "ok" and row["client_stream"] == 1
     assert row["tokens_out"] == 40 == final["usage"]["output_tokens"] == row["completion_tokens"]
     assert row["prompt_tokens"] == final["usage"]["input_tokens"]
@@ -162,16 +113,15 @@ async def test_a_healthy_stream_goes_on_event_by_event_and_its_row_counts_the_to
 
 @pytest.mark.parametrize("tools", [False, True], ids=["text", "function_call"])
 async def test_a_non_streaming_answer_is_the_upstreams_response(
-    harness: Harness, sim: RunningServer, tools: bool
+    watched: Watched, keywords_sim: RunningServer, tools: bool
 ) -> None:
-    h = harness
     body: dict[str, Any] = {"model": MODEL, "instructions": "Be brief.", "input": "Tell me a story."}
     if tools:
         body |= {"input": [{"role": "user", "content": "Please call list_files now."}], "tools": TOOLS}
-    status, raw = await _raw(sim.url, body)
+    status, raw = await _raw(keywords_sim.url, body)
     assert status == 200
     own = json.loads(raw)
-    res = await h.client().responses.create(**body)  # the proxy streamed it upstream
+    res = await client(watched).responses.create(**body)  # the proxy streamed it upstream
     assert res.status == own["status"] == "completed"
     assert res.usage is not None and res.usage.output_tokens == own["usage"]["output_tokens"]
     assert [item.type for item in res.output] == [item["type"] for item in own["output"]]
@@ -182,29 +132,27 @@ async def test_a_non_streaming_answer_is_the_upstreams_response(
         assert call.call_id == own["output"][0]["call_id"]
     else:
         assert res.output_text == own["output"][0]["content"][0]["text"] and len(res.output_text) > 40
-    (row,) = h.rows()
+    (row,) = watched.rows()
     assert row["outcome"] == "ok" and row["client_stream"] == 0
     # every token counted as progress: each delta, and the event that names a function call
     assert row["tokens_out"] == own["usage"]["output_tokens"] == row["completion_tokens"]
 
 
 async def test_upstream_errors_on_the_responses_api_are_infra_errors_the_sdk_does_not_retry(
-    harness: Harness,
+    watched: Watched,
 ) -> None:
-    h = harness
-    before = await h.stats()
+    before = await watched.received()
     with pytest.raises(openai.InternalServerError) as info:
-        await h.client().responses.create(model=MODEL, input="HTTP-503 please")
+        await client(watched).responses.create(model=MODEL, input="HTTP-503 please")
     assert info.value.status_code == 503 and info.value.response.headers["x-should-retry"] == "false"
     with pytest.raises(openai.APIError) as cut:
-        events = await h.client().responses.create(model=MODEL, input="DROP it", stream=True)
+        events = await client(watched).responses.create(model=MODEL, input="DROP it", stream=True)
         async for _ in events:
             pass
     assert isinstance(cut.value.body, dict) and cut.value.body["code"] == "connection"
-    after = await h.stats()
-    assert after["received"] - before["received"] == 2
-    assert [r["outcome"] for r in h.rows()] == ["upstream_http_503", "connection"]
-    assert "after 3 tokens" in json.loads(h.rows()[1]["detail_json"])["error"]
+    assert await watched.received() - before == 2
+    assert [r["outcome"] for r in watched.rows()] == ["upstream_http_503", "connection"]
+    assert "after 3 tokens" in json.loads(watched.rows()[1]["detail_json"])["error"]
 
 
 async def test_endings_the_simulator_does_not_send_are_read_as_a_responses_client_would(
@@ -264,12 +212,13 @@ async def test_endings_the_simulator_does_not_send_are_read_as_a_responses_clien
     assert isinstance(invalid, openai.BadRequestError) and invalid.message.endswith("the prompt was refused")
 
 
-async def test_a_background_response_is_passed_through_unwatched(harness: Harness) -> None:
+async def test_a_background_response_is_passed_through_unwatched(watched: Watched) -> None:
     """``background: true`` answers at once and generates detached: there is no stream to watch."""
-    h = harness
-    status, raw = await _raw(h.proxy.url, {"model": MODEL, "input": "Tell me a story.", "background": True})
+    status, raw = await _raw(
+        watched.proxy.url, {"model": MODEL, "input": "Tell me a story.", "background": True}
+    )
     assert status == 200 and json.loads(raw)["object"] == "response"
-    assert h.rows() == []
+    assert watched.rows() == []
 
 
 @pytest.mark.parametrize(
@@ -294,7 +243,7 @@ def test_progress_is_generated_text_and_a_call_being_named(event: bytes, progres
 
 
 async def test_a_responses_request_is_fingerprinted_as_the_chat_turns_it_stands_for(
-    harness: Harness,
+    watched: Watched,
 ) -> None:
     """``audit`` attributes a harness's requests by the lines of its prompt; a Responses API
     body says the same prompt in ``instructions`` and ``input`` items."""
@@ -309,9 +258,9 @@ async def test_a_responses_request_is_fingerprinted_as_the_chat_turns_it_stands_
         ],
         "max_output_tokens": 4,
     }
-    status, _ = await _raw(harness.proxy.url, body)
+    status, _ = await _raw(watched.proxy.url, body)
     assert status == 200
-    (row,) = harness.rows()
+    (row,) = watched.rows()
     fp = json.loads(row["detail_json"])["fp"]
     twin = [
         {"role": "system", "content": body["instructions"]},
