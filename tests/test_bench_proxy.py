@@ -1,5 +1,6 @@
-"""`wedgewatch bench proxy --api responses`: the throughput runs on the Responses API, end to end
-(a real simulator, the real proxy process, the load generator in its own process)."""
+"""`wedgewatch bench proxy --api responses|messages`: the throughput runs on the Responses API or
+Anthropic's Messages API, end to end (a real simulator, the real proxy process, the load
+generator in its own process)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,23 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "wedgewatch", "bench", "proxy", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
-def test_the_responses_api_is_streamed_through_the_proxy_and_counted() -> None:
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_the_api_is_streamed_through_the_proxy_and_counted(api: str) -> None:
     r = _bench(
         "--levels", "2", "--repeats", "1", "--duration", "0.8", "--warmup", "0.2",
-        "--no-detection", "--api", "responses", "--json",
+        "--no-detection", "--api", api, "--json",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
-    assert out["options"]["api"] == "responses"
+    assert out["options"]["api"] == api
     tp = out["throughput"]
     (row,) = tp["rows"]
     assert row["direct_tokens_per_s"] > 0 and row["proxy_tokens_per_s"] > 0
@@ -34,6 +38,5 @@ def test_the_responses_api_is_streamed_through_the_proxy_and_counted() -> None:
 def test_an_unknown_api_is_one_line_naming_the_flag() -> None:
     r = _bench("--api", "grpc")
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [
-        "wedgewatch: error: --api: expected chat or responses, got 'grpc'"
-    ]
+    want = "wedgewatch: error: --api: expected chat, responses or messages, got 'grpc'"
+    assert r.stderr.strip().splitlines() == [want]

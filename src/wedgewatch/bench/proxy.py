@@ -89,8 +89,9 @@ class BenchOptions:
     peers: list[str] = field(default_factory=list)
     """Other proxies measured in the same runs (``bench/peers.py``: ``nginx``); none by default."""
     api: str = "chat"
-    """The API the throughput runs stream: ``chat`` (chat completions) or ``responses`` (the
-    Responses API). Stall detection is measured on chat either way: the deadlines are the same."""
+    """The API the throughput runs stream: ``chat`` (chat completions), ``responses`` (the
+    Responses API) or ``messages`` (Anthropic's Messages API). Stall detection is measured on
+    chat either way: the deadlines are the same."""
 
 
 def layout(opts: BenchOptions) -> tuple[set[int] | None, set[int] | None]:

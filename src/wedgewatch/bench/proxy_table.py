@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_API = {"chat": "chat completions", "responses": "the Responses API"}
+_API = {"chat": "chat completions", "responses": "the Responses API", "messages": "the Messages API"}
 
 
 def _ms(v: float | None, signed: bool = False) -> str:

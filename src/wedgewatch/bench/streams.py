@@ -3,7 +3,7 @@ of results on stdout. Run it as its own process (``python -m wedgewatch.bench.st
 CPU never competes inside the process under test.
 
 Each stream sends one request after another (``stream: true``: chat completions with usage, or
-the Responses API with ``--api responses``) and times every token-bearing event as it arrives.
+the Responses API or Anthropic's Messages API with ``--api``) and times every token-bearing event as it arrives.
 Only what happens inside the measurement window counts: tokens that arrive in it, TTFTs of
 requests that start in it, gaps between two tokens that both arrive in it. It imports aiohttp and
 numpy only, to start fast and stay light per token.
@@ -22,9 +22,10 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-# The key of a token-bearing event: chat's content, or a Responses API delta event's delta.
-_TOKEN_KEY = {"chat": b'"content":"', "responses": b'"delta":"'}
-_PATH = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
+# The key of a token-bearing event: chat's content, a Responses API delta event's delta, or the
+# text of a Messages API text_delta (a text block's start carries an empty one).
+_TOKEN_KEY = {"chat": b'"content":"', "responses": b'"delta":"', "messages": b'"text":"'}
+_PATH = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 
 
 class Window:
@@ -106,6 +107,11 @@ def _body(api: str, model: str, max_tokens: int) -> bytes:
     if api == "responses":
         return json.dumps(
             {"model": model, "input": prompt, "max_output_tokens": max_tokens, "stream": True}
+        ).encode()
+    if api == "messages":
+        turn = [{"role": "user", "content": prompt}]
+        return json.dumps(
+            {"model": model, "messages": turn, "max_tokens": max_tokens, "stream": True}
         ).encode()
     chat = {
         "model": model,

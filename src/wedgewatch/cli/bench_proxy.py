@@ -25,7 +25,8 @@ def bench_proxy(
         str, typer.Option(help="Other proxies to measure in the same runs, comma-separated: nginx.")
     ] = "",
     api: Annotated[
-        str, typer.Option(help="The API the throughput runs stream: chat, or responses (the Responses API).")
+        str,
+        typer.Option(help="The API the throughput runs stream: chat, responses or messages (Anthropic's)."),
     ] = "chat",
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
@@ -43,8 +44,8 @@ def bench_proxy(
         raise BadInput("--repeats: must be >= 1")
     if duration <= 0 or warmup < 0:
         raise BadInput("--duration: must be > 0 (and --warmup >= 0)")
-    if api not in ("chat", "responses"):
-        raise BadInput(f"--api: expected chat or responses, got {api!r}")
+    if api not in ("chat", "responses", "messages"):
+        raise BadInput(f"--api: expected chat, responses or messages, got {api!r}")
     result = run(
         BenchOptions(
             levels=lv,
