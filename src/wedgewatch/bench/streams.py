@@ -3,10 +3,10 @@ of results on stdout. Run it as its own process (``python -m wedgewatch.bench.st
 CPU never competes inside the process under test.
 
 Each stream sends one request after another (``stream: true``: chat completions with usage, or
-the Responses API or Anthropic's Messages API with ``--api``) and times every token-bearing event as it arrives.
-Only what happens inside the measurement window counts: tokens that arrive in it, TTFTs of
-requests that start in it, gaps between two tokens that both arrive in it. It imports aiohttp and
-numpy only, to start fast and stay light per token.
+the Responses API or Anthropic's Messages API with ``--api``) and times every token-bearing
+event as it arrives. Only what happens inside the measurement window counts: tokens that arrive
+in it, TTFTs of requests that start in it, gaps between two tokens that both arrive in it. It
+imports aiohttp and numpy only, to start fast and stay light per token.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def _tokens(event: bytes, key: bytes) -> int:
 
 
 def _is_error(event: bytes) -> bool:
-    """A chat stream's ``data: {"error"`` line, or a Responses API ``error`` event."""
+    """A chat stream's ``data: {"error"`` line, or the ``error`` event of a Responses or Messages
+    API stream."""
     return b'{"error"' in event[:16] or event.startswith(b"event: error")
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from wedgewatch.proxy.assemble import Kind
 from wedgewatch.proxy.relay import decode
-from wedgewatch.proxy.typed import TypedRelay, event_type, has_text
+from wedgewatch.proxy.typed import TypedRelay, error_event, event_type, has_text
 from wedgewatch.proxy.watch import Watch
 from wedgewatch.sse import DONE, SSEEvent
 
@@ -56,13 +56,6 @@ def is_progress(kind: str | None, data: bytes) -> bool:
     if kind == "content_block_start":
         return b'"tool_use"' in data
     return False
-
-
-def error_frame(obj: dict[str, Any]) -> bytes:
-    """The proxy's own error once the stream has begun: an ``error`` event in Anthropic's shape,
-    its ``error`` the proxy's error object; the SDK raises on it at once."""
-    event = {"type": "error", "error": obj.get("error") or {}}
-    return b"event: error\ndata: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
 
 
 class AnthropicRelay(TypedRelay):
@@ -143,4 +136,6 @@ class AnthropicRelay(TypedRelay):
         return {**self.message, "content": self.blocks}
 
     def error_frame(self, obj: dict[str, Any]) -> bytes:
-        return error_frame(obj)
+        """An ``error`` event in Anthropic's shape, its ``error`` the proxy's error object: the
+        SDK raises on it at once."""
+        return error_event({"type": "error", "error": obj.get("error") or {}})

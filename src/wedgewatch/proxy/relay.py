@@ -78,7 +78,7 @@ class Relay:
             data = ev.data
             if data is None:
                 if begun and ev.comments:
-                    frames.append(b"".join(b": " + c + b"\n" for c in ev.comments) + b"\n")
+                    frames.append(comment_frame(ev.comments))
                 continue
             if data == DONE:
                 self.done = True
@@ -152,6 +152,11 @@ class Relay:
     def error_frame(self, obj: dict[str, Any]) -> bytes:
         """The proxy's own error once the stream has begun: a last ``data:`` line (the SDK raises)."""
         return encode_data(obj)
+
+
+def comment_frame(comments: list[bytes]) -> bytes:
+    """SSE comments (``: ping``) as one frame, passed on once the client's stream has begun."""
+    return b"".join(b": " + c + b"\n" for c in comments) + b"\n"
 
 
 def _frame(data: bytes) -> bytes:

@@ -23,13 +23,12 @@ would have given it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from wedgewatch.proxy.assemble import Kind
 from wedgewatch.proxy.progress import is_error
 from wedgewatch.proxy.relay import decode
-from wedgewatch.proxy.typed import TypedRelay, event_type, has_text
+from wedgewatch.proxy.typed import TypedRelay, error_event, event_type, has_text
 from wedgewatch.proxy.watch import Watch
 from wedgewatch.sse import DONE, SSEEvent
 
@@ -78,15 +77,6 @@ def _error(kind: str | None, obj: dict[str, Any]) -> dict[str, Any]:
     return {"error": err}
 
 
-def error_frame(obj: dict[str, Any]) -> bytes:
-    """The proxy's own error once the stream has begun: an ``error`` event (what a Responses
-    client reads) that also holds the OpenAI error object under ``error``, which the OpenAI SDK
-    raises as ``APIError`` at once, as it does for a chat stream."""
-    err = obj.get("error") or {}
-    event = {"type": "error", "code": err.get("code"), "message": err.get("message"), "param": None, **obj}
-    return b"event: error\ndata: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
-
-
 class ResponsesRelay(TypedRelay):
     """``relay.StreamRelay`` over a Responses API stream."""
 
@@ -125,4 +115,10 @@ class ResponsesRelay(TypedRelay):
         return self.response or {}
 
     def error_frame(self, obj: dict[str, Any]) -> bytes:
-        return error_frame(obj)
+        """An ``error`` event (what a Responses client reads) that also holds the OpenAI error
+        object under ``error``, which the OpenAI SDK raises as ``APIError`` at once, as it does
+        for a chat stream."""
+        err = obj.get("error") or {}
+        return error_event(
+            {"type": "error", "code": err.get("code"), "message": err.get("message"), "param": None, **obj}
+        )

@@ -9,10 +9,13 @@ framed once a stream has begun (``error_frame``).
 
 from __future__ import annotations
 
+import json
 import re
+from abc import ABC, abstractmethod
 from typing import Any
 
 from wedgewatch.proxy.assemble import Kind
+from wedgewatch.proxy.relay import comment_frame
 from wedgewatch.proxy.watch import Watch
 from wedgewatch.sse import SSEEvent
 
@@ -43,7 +46,7 @@ def has_text(value: Any) -> bool:
     return False
 
 
-class TypedRelay:
+class TypedRelay(ABC):
     """``relay.StreamRelay`` over a stream of typed events."""
 
     __slots__ = ("done", "error", "finish", "usage", "want_usage", "watch")
@@ -58,15 +61,17 @@ class TypedRelay:
         self.usage: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
 
+    @abstractmethod
     def _see(self, ev: SSEEvent, now: float, assembling: bool) -> None:
-        raise NotImplementedError
+        """Read one event: progress, the end, the usage, an error; when ``assembling`` (a
+        non-streaming client), also what the answer needs."""
 
     def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool) -> list[bytes]:
         frames: list[bytes] = []
         for ev in events:
             if ev.data is None:
                 if begun and ev.comments:
-                    frames.append(b"".join(b": " + c + b"\n" for c in ev.comments) + b"\n")
+                    frames.append(comment_frame(ev.comments))
                 continue
             self._see(ev, now, False)
             frames.append(frame(ev))
@@ -80,11 +85,18 @@ class TypedRelay:
     def release(self) -> list[bytes]:
         return []  # nothing is kept back
 
+    @abstractmethod
     def answer(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The non-streaming client's answer."""
 
+    @abstractmethod
     def error_frame(self, obj: dict[str, Any]) -> bytes:
-        raise NotImplementedError
+        """The proxy's error ``obj`` as the stream's last event, once the stream has begun."""
+
+
+def error_event(payload: dict[str, Any]) -> bytes:
+    """An ``event: error`` frame carrying ``payload``."""
+    return b"event: error\ndata: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
 def frame(ev: SSEEvent) -> bytes:
