@@ -59,7 +59,7 @@ class AnthropicEncoder:
             "model": self.model,
             "content": content,
             "stop_reason": stop,
-            "stop_sequence": self.reply.stop_reason if stop == "stop_sequence" else None,
+            "stop_sequence": self.reply.stop_reason if stop is not None else None,
             "usage": {"input_tokens": self._prompt, "output_tokens": output},
         }
 
@@ -121,7 +121,7 @@ class AnthropicEncoder:
         """The last block's stop, ``message_delta`` (stop reason, output usage), ``message_stop``."""
         stop = self._stop_reason()
         out = self._stop()
-        delta = {"stop_reason": stop, "stop_sequence": self._message([], stop, 0)["stop_sequence"]}
+        delta = {"stop_reason": stop, "stop_sequence": self.reply.stop_reason}  # None unless a stop string
         out += self._event("message_delta", delta=delta, usage={"output_tokens": completion})
         return out + self._event("message_stop")
 
