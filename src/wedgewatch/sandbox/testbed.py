@@ -36,7 +36,9 @@ _TOOLS_TEXT = """bash sh cat cp mv rm mkdir rmdir ls ln chmod touch env sleep mk
 uniq tr cut sed grep find xargs dirname basename readlink realpath date id seq dd timeout ps kill
 git patch diff cmp which stat du"""
 TOOLS = _TOOLS_TEXT.split()
-_SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages"}
+# Not copied: the parts no test run imports, and the installed packages of either layout.
+_SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3"}
+_SKIP_STDLIB |= {"site-packages", "dist-packages"}
 _PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py")
 ENV_BIN = "/opt/miniconda3/envs/testbed/bin"
 _ACTIVATE = f"""# wedgewatch's stand-in for miniconda's activate: one environment, `testbed`.
@@ -46,7 +48,7 @@ conda() {{
 export PATH="{ENV_BIN}:$PATH"
 """
 _BASHRC = "source /opt/miniconda3/bin/activate\nconda activate testbed\n"
-_VERSION = "1"  # bump when the layout changes: the tag's hash covers it
+_VERSION = "2"  # bump when the layout changes: the tag's hash covers it
 
 
 def _libs(binaries: Iterable[Path]) -> set[Path]:
@@ -60,6 +62,19 @@ def _libs(binaries: Iterable[Path]) -> set[Path]:
 
 def _stdlib() -> Path:
     return Path(sys.base_prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _site_dir(python: Path) -> str:
+    """Where the bare interpreter looks for installed packages: ``lib/python3.X/site-packages``
+    under its prefix on a build from source, ``/usr/local/lib/python3.X/dist-packages`` on
+    Debian's, whose ``site`` never reads the first. Asked of the interpreter itself (isolated, so
+    no virtual environment or user site answers)."""
+    argv = [str(python), "-I", "-c", "import sys; print('\\n'.join(sys.path))"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+    for entry in out.splitlines():
+        if entry.endswith(("site-packages", "dist-packages")):
+            return entry
+    raise SandboxError(f"testbed image: {python} searches no site-packages directory")
 
 
 def _stdlib_files(lib: Path) -> list[Path]:
@@ -226,10 +241,10 @@ def build(instance: Mapping[str, Any], cli: str = "podman") -> str:
                     tar.link(top, str(Path(f"/{top}").readlink()))
             for path in (*tools, *files):
                 tar.file(path, str(path.parent.resolve() / path.name))
-            site = f"{_stdlib()}/site-packages"
+            python = str(tools[-1])
+            site = _site_dir(tools[-1])
             for path, rel in pytest_files:
                 tar.file(path, f"{site}/{rel}")
-            python = str(tools[-1])
             for alias in ("python", "python3"):
                 tar.link(f"{ENV_BIN}/{alias}", python)
                 tar.link(f"/usr/local/bin/{alias}", python)
