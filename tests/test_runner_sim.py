@@ -219,10 +219,16 @@ def test_sigkill_then_resume_gives_the_uninterrupted_outcomes_and_keeps_every_ro
         start_new_session=True,
     )
     rng = random.Random()
-    delay = rng.uniform(0.0, 0.5) if when == "first_attempt" else rng.uniform(1.0, 4.0)
+    # The kill lands at a random moment of the run: that is the test. Mid-run is counted in
+    # attempts, not seconds (the third or fourth has started, so one has ended and one is still
+    # to come): a fixed 1-4 s outlived the whole run on an idle machine.
+    started = 1 if when == "first_attempt" else rng.choice((3, 4))
+    delay = rng.uniform(0.0, 0.5)
     try:
-        eventually(lambda: proc.poll() is not None or _attempts(ledger_path) >= 1, 60, what="an attempt")
-        time.sleep(delay)  # the kill lands at a random moment of the run: that is the test
+        eventually(
+            lambda: proc.poll() is not None or _attempts(ledger_path) >= started, 60, what="an attempt"
+        )
+        time.sleep(delay)
         assert proc.poll() is None, "the run ended before the kill; the test needs a longer suite"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
@@ -251,10 +257,11 @@ def test_sigkill_then_resume_gives_the_uninterrupted_outcomes_and_keeps_every_ro
             r[0] for r in lg.query("SELECT attempt_id FROM attempt_ends WHERE status = 'interrupted'")
         }
         marks = [r["kind"] for r in lg.query("SELECT kind FROM run_marks WHERE run_id = 'k' ORDER BY id")]
-    assert got == SEED2, f"killed after {delay:.2f}s"
+    at = f"killed {delay:.2f}s after attempt {started} started"
+    assert got == SEED2, at
     for table, rows in before.items():
         missing = set(rows) - set(after[table])
-        assert not missing, f"{table}: rows lost after resume (killed after {delay:.2f}s): {missing}"
+        assert not missing, f"{table}: rows lost after resume ({at}): {missing}"
     assert all(n == 1 for _, n in finals)  # no duplicated final outcome
     assert {r[0] for r in in_flight} <= interrupted
     assert marks[0] == "started" and marks[-2:] == ["resumed", "finished"]
