@@ -36,6 +36,7 @@ system-tools:
 # set (as on this machine kind) every simulator, CLI run and sandboxed pytest would compile
 # aiohttp, pydantic, openai and pytest from source again (a fresh clone's first `make demo`: 96 s without, 63 s with).
 $(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || test -n "$(PYTHON)" || { echo "make install: no Python 3.11 that can make a venv (Debian: sudo apt-get install python3.11-venv; or make PYTHON=/path/to/python3.11 install)"; exit 2; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -r requirements.lock
