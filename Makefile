@@ -57,6 +57,7 @@ demo: $(STAMP)
 # -n 4 on 2 cores: many tests wait (on a simulated deadline, a restart, a subprocess) while others
 # compute, so four workers keep both cores busy. Whole suite on 2 cores, 3 Dec: -n 3 281 s (1 run),
 # -n 4 248-256 s (4), -n 6 250-251 s (2); on Debian's Python, -n 4 247-256 s (3), -n 5 241-256 s (3).
+# 4 Dec, alternating, Debian's Python: -n 4 237.0 and 237.9 s, -n 6 232.0 and 232.0 s (to confirm).
 test: system-tools $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 4 --dist loadgroup $(PYTEST_ARGS)
 
