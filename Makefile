@@ -54,12 +54,13 @@ demo: $(STAMP)
 # write none into a repository.
 # --dist loadgroup: tests marked with one xdist_group (a llama.cpp server, the Ray cluster, the
 # default demo) run on one worker, so each is started once, not once per worker (tests/conftest.py).
-# -n 4 on 2 cores: many tests wait (on a simulated deadline, a restart, a subprocess) while others
-# compute, so four workers keep both cores busy. Whole suite on 2 cores, 3 Dec: -n 3 281 s (1 run),
-# -n 4 248-256 s (4), -n 6 250-251 s (2); on Debian's Python, -n 4 247-256 s (3), -n 5 241-256 s (3).
-# 4 Dec, alternating, Debian's Python: -n 4 237.0 and 237.9 s, -n 6 232.0 and 232.0 s (to confirm).
+# -n 6 on 2 cores: many tests wait (on a simulated deadline, a restart, a subprocess) while others
+# compute; the CPU stays near 100% busy until the last minute, and more workers fill that minute
+# with the tests that wait. Each worker collects the whole suite (about 3 CPU-s), so more is not
+# free. Whole suite on 2 cores, Debian's Python, alternating pairs on two days: -n 4 237.0, 237.9,
+# 252.3, 241.9 s; -n 6 232.0, 232.0, 238.0, 236.1 s (earlier, -n 3 281 s, -n 5 241-256 s).
 test: system-tools $(STAMP)
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 4 --dist loadgroup $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 6 --dist loadgroup $(PYTEST_ARGS)
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests
