@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import anthropic
 import pytest
 
 from conftest import RunningServer, Watched, sse_events
@@ -22,6 +21,14 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.proxy.anthropic import is_progress
 from wedgewatch.testing import ScriptedUpstream
+
+if TYPE_CHECKING:
+    import anthropic
+
+# The SDK is imported in the tests that use it (about 1 CPU-s: every xdist worker imports this
+# module to collect it), and one worker runs them all, so one worker pays for it and starts the
+# module's simulator.
+pytestmark = pytest.mark.xdist_group("anthropic-sdk")
 
 KEY = "sk-ant-wedgewatch-test-SECRET-5151"
 MODEL = "sim-model"
@@ -39,6 +46,8 @@ TOOLS = [
 
 
 def client(h: Watched) -> anthropic.AsyncAnthropic:
+    import anthropic
+
     return anthropic.AsyncAnthropic(base_url=h.proxy.url + "/a/att-m", api_key=KEY)
 
 
@@ -54,6 +63,8 @@ async def _raw(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
 async def test_a_stalled_message_is_raised_at_once_without_retry(
     watched: Watched, kind: str, prompt: str, stream: bool
 ) -> None:
+    import anthropic
+
     before = await watched.received()
     texts: list[str] = []
     t0 = time.monotonic()
@@ -149,6 +160,8 @@ async def test_a_non_streaming_answer_is_the_message_the_server_would_give(
 async def test_upstream_errors_on_the_messages_api_are_infra_errors_the_sdk_does_not_retry(
     watched: Watched,
 ) -> None:
+    import anthropic
+
     before = await watched.received()
     with pytest.raises(anthropic.APIStatusError) as info:
         await client(watched).messages.create(
@@ -173,6 +186,8 @@ async def test_endings_the_simulator_does_not_send_are_read_as_anthropics_client
     raises on the proxy's error event); the server's own error event after a token goes on as it
     came (the SDK raises on it) and its type is the row's status; an ``overloaded_error`` before
     any token is answered with Anthropic's 529 for it."""
+    import anthropic
+
     up = ScriptedUpstream()
     async with up.serve() as url:
         with Ledger(tmp_path / "l.sqlite") as ledger:
