@@ -23,6 +23,10 @@ from wedgewatch.sandbox import LocalSandbox
 from wedgewatch.sim.swe_policy import behaviour
 from wedgewatch.suites import evaluate, load_bundled
 
+# One worker runs this module: the agent imports litellm (about 1.6 CPU-s) in the process that runs
+# it, once per worker that gets one of these tests (9 s in all, alone).
+pytestmark = pytest.mark.xdist_group("litellm")
+
 FAST = ("--policy", "swe", "--time-scale", "50")
 SECRET = "sk-mini-secret-0042"
 StartSim = Callable[..., RunningServer]
