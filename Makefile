@@ -59,7 +59,8 @@ demo: $(STAMP)
 # with the tests that wait. Each worker collects the whole suite (about 3 CPU-s), so more is not
 # free. Whole suite on 2 cores, Debian's Python, alternating pairs on two days: -n 4 237.0, 237.9,
 # 252.3, 241.9 s; -n 6 232.0, 232.0, 238.0, 236.1 s (earlier, -n 3 281 s, -n 5 241-256 s).
-# After two modules took one worker each (CHANGELOG), -n 6: 231.4-233.4 s (5 runs), 237.0 on a fresh clone.
+# After two modules took one worker each (CHANGELOG), -n 6: 231.4-233.4 s here (5 runs); on fresh
+# clones 237.0 s (after make check), 250.4 and 251.8 s (right after the install), 244.1 s rerun.
 test: system-tools $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 6 --dist loadgroup $(PYTEST_ARGS)
 
