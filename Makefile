@@ -56,7 +56,7 @@ demo: $(STAMP)
 # default demo) run on one worker, so each is started once, not once per worker (tests/conftest.py).
 # -n 6 on 2 cores: many tests wait (on a simulated deadline, a restart, a subprocess) while others
 # compute; the CPU stays near 100% busy until the last minute, and more workers fill that minute
-# with the tests that wait. Each worker collects the whole suite (about 3 CPU-s), so more is not
+# with the tests that wait. Each worker collects the whole suite (about 1.2 CPU-s), so more is not
 # free. Whole suite on 2 cores, Debian's Python, alternating pairs on two days: -n 4 237.0, 237.9,
 # 252.3, 241.9 s; -n 6 232.0, 232.0, 238.0, 236.1 s (earlier, -n 3 281 s, -n 5 241-256 s).
 # After two modules took one worker each (CHANGELOG), -n 6: 231.4-233.4 s here (5 runs); on fresh
