@@ -129,8 +129,9 @@ async def test_decode_counter_is_live_and_predicted_counter_lands_at_the_end(lla
 
 
 async def test_pings_are_comments_sent_during_a_long_prefill(llama: RunningServer) -> None:
-    # About 1,800 prompt tokens: several seconds of prefill at two threads, with pings every ~2 s.
-    prompt = " ".join(f"item{i}" for i in range(450))
+    # About 1,000 prompt tokens: about 4 s of prefill at the module server's one thread, in which
+    # it sends two pings here (the first after its 1 s interval, the next about 2 s later).
+    prompt = " ".join(f"item{i}" for i in range(250))
     body = {
         "model": ALIAS,
         "messages": [{"role": "user", "content": prompt}],
