@@ -3,10 +3,10 @@
 xdist makes a module- or session-scoped fixture once per worker that needs it, so the tests that
 share a costly one carry one ``xdist_group`` (``make test`` runs ``--dist loadgroup``): they run on
 one worker and the fixture is made once. So do the tests that import a heavy package in this
-process (litellm, the Anthropic SDK), which import it inside the tests, not at the module's top:
-every worker imports every test module to collect it. The groups hold only on pytest below 9.2
-(tests/test_xdist_groups.py); before that pin, the default demo ran once per worker that had one
-of its tests.
+process (litellm, the Anthropic SDK, statsmodels), which import it inside the tests, not at the
+module's top: every worker imports every test module to collect it. The groups hold only on
+pytest below 9.2 (tests/test_xdist_groups.py); before that pin, the default demo ran once per
+worker that had one of its tests.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from wedgewatch.runner import main as runner_main
 from wedgewatch.runner.import_report import import_report
 from wedgewatch.suites import load_bundled
 
-pytestmark = pytest.mark.timeout(120)
+# statsmodels and scipy take about 1.1 CPU-s to import: one worker pays it (tests/conftest.py)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("statsmodels")]
 
 BUNDLED = load_bundled()[:4]
 IDS = [i["instance_id"] for i in BUNDLED]

@@ -25,7 +25,8 @@ from wedgewatch.runner import main as runner_main
 from wedgewatch.sim.scenario import load_scenario
 from wedgewatch.sim.wedge import ServerState, probability
 
-pytestmark = pytest.mark.timeout(120)
+# statsmodels and scipy take about 1.1 CPU-s to import: one worker pays it (tests/conftest.py)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("statsmodels")]
 
 
 @pytest.mark.parametrize("k", [4, 5, 6, 7, 8])

@@ -11,6 +11,9 @@ from wedgewatch.analysis import stats
 from wedgewatch.analysis.plan.tomlout import dumps
 from wedgewatch.config import Config, validate
 
+# statsmodels and scipy take about 1.1 CPU-s to import: one worker pays it (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("statsmodels")
+
 
 @pytest.mark.parametrize(
     ("k1", "n1", "k2", "n2"), [(12, 20, 9, 20), (0, 12, 15, 15), (6, 6, 0, 6), (1, 50, 3, 7)]

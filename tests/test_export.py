@@ -134,6 +134,7 @@ def test_summary_keeps_infra_failed_and_pending_beside_the_score(tmp_path: Path)
     assert s["infra_time"]["attempt_seconds"] == pytest.approx(5 + 7 + 0.5 + 3)
 
 
+@pytest.mark.xdist_group("statsmodels")  # one worker imports statsmodels (tests/conftest.py)
 def test_wilson_matches_statsmodels() -> None:
     from statsmodels.stats.proportion import proportion_confint
 

@@ -108,7 +108,8 @@ def test_streaming_equals_non_streaming(client: openai.OpenAI) -> None:
 async def test_decode_counter_is_live_and_predicted_counter_lands_at_the_end(llama: RunningServer) -> None:
     """`n_decode_total` rises while a request runs; `tokens_predicted_total` only when it ends.
     Liveness checks must watch the first."""
-    body = {"model": ALIAS, "messages": HELLO, "max_tokens": 120, "temperature": 0}
+    # 60 tokens: after the 20th, about 2 s of decoding in which the scrapes (every 50 ms) see it run.
+    body = {"model": ALIAS, "messages": HELLO, "max_tokens": 60, "temperature": 0}
     decode, predicted = "llamacpp:n_decode_total", "llamacpp:tokens_predicted_total"
     async with aiohttp.ClientSession() as s:
         before = await scrape(s, llama.url)

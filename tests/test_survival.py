@@ -21,7 +21,8 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.runner import main as runner_main
 from wedgewatch.suites import load_bundled
 
-pytestmark = pytest.mark.timeout(120)
+# statsmodels and scipy take about 1.1 CPU-s to import: one worker pays it (tests/conftest.py)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("statsmodels")]
 
 
 def test_kaplan_meier_by_hand() -> None:

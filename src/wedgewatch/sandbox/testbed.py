@@ -13,6 +13,7 @@ turns into an image. Its tag carries a hash of the content, so an image already 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -200,7 +201,12 @@ class _Tar:
         self.tar.addfile(info)
 
 
-def _inputs(instance: Mapping[str, Any]) -> tuple[list[Path], list[Path], list[tuple[Path, str]]]:
+@functools.cache
+def _inputs() -> tuple[tuple[Path, ...], tuple[Path, ...], tuple[tuple[Path, str], ...]]:
+    """The host's files every testbed image copies: the tools, the interpreter, its standard
+    library and the libraries they load, and pytest. Found once per process: the ``ldd`` over a
+    hundred binaries costs about 0.3 CPU-s, and a process that builds several images (a test
+    session, a benchmark) would pay it for each."""
     tools = []
     for name in TOOLS:
         found = shutil.which(name)
@@ -210,7 +216,7 @@ def _inputs(instance: Mapping[str, Any]) -> tuple[list[Path], list[Path], list[t
     python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
     stdlib = _stdlib_files(_stdlib())
     binaries = [*tools, python, *(p for p in stdlib if p.suffix == ".so")]
-    return [*tools, python], [*stdlib, *sorted(_libs(binaries))], _pytest_files()
+    return (*tools, python), (*stdlib, *sorted(_libs(binaries))), tuple(_pytest_files())
 
 
 def _tag(instance: Mapping[str, Any], files: Iterable[Path]) -> str:
@@ -225,7 +231,7 @@ def _tag(instance: Mapping[str, Any], files: Iterable[Path]) -> str:
 def build(instance: Mapping[str, Any], cli: str = "podman") -> str:
     """Build (or find, by its content tag) the testbed image of a bundled ``instance``; return
     its name, ``localhost/wedgewatch-testbed:<id>-<hash>``."""
-    tools, files, pytest_files = _inputs(instance)
+    tools, files, pytest_files = _inputs()
     name = f"localhost/wedgewatch-testbed:{docker_id(str(instance['instance_id']))}-"
     name += _tag(instance, [*tools, *files, *(p for p, _ in pytest_files)])
     if image_present(cli, name):
