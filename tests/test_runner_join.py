@@ -31,7 +31,13 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def write_config(
-    tmp_path: Path, ledger: str, *, interval: float = 1.0, timeout: float = 10.0, ids: list[str] | None = None
+    tmp_path: Path,
+    ledger: str,
+    *,
+    interval: float = 1.0,
+    timeout: float = 10.0,
+    ids: list[str] | None = None,
+    time_scale: float = 10.0,
 ) -> Path:
     scenario = tmp_path / "scenario.toml"
     scenario.write_text("[policy]\nskill = 0.5\n")
@@ -57,7 +63,7 @@ ids = {json.dumps(ids or list(SEED2))}
 concurrency = 2
 ledger = "{ledger}"
 workdir = "{tmp_path / "work"}"
-time_scale = 10.0
+time_scale = {time_scale}
 seed = 2
 lease_interval = {interval}
 lease_timeout = {timeout}
@@ -89,12 +95,12 @@ def q(url: str, sql: str, *params: Any) -> list[Any]:
 
 
 def two_runners(
-    tmp_path: Path, url: str, run_id: str, **lease_: float
+    tmp_path: Path, url: str, run_id: str, ids: list[str] | None = None, **timing: float
 ) -> tuple[subprocess.Popen[bytes], ...]:
     """Runner A starts the run; runner B joins it as soon as the run exists. B's start (imports,
     its own simulator) ended 8.6 s after A's on a saturated machine, in a run that took 11 s at
     time scale 20, so A had done nearly all of it alone; at 10 the run lasts twice as long."""
-    cfg = write_config(tmp_path, url, **lease_)
+    cfg = write_config(tmp_path, url, ids=ids, **timing)
     a = spawn(tmp_path, "a", str(cfg), "--run-id", run_id)
     eventually(lambda: a.poll() is not None or bool(q(url, "SELECT 1 FROM runs")), 60, what="the run")
     b = spawn(tmp_path, "b", "--join", run_id, "--ledger", url)
@@ -248,7 +254,12 @@ def test_a_hung_runner_loses_its_work_when_its_lease_runs_out_and_then_stops(
     tmp_path: Path, pg_url: str
 ) -> None:
     """SIGSTOP: its process is alive, so only its lease (on the database's clock) can tell."""
-    a, b = two_runners(tmp_path, pg_url, "hang", interval=0.5, timeout=3.0, ids=list(SEED2)[:4])
+    # Four instances at two at a time: at time scale 10, A had claimed all four (and B found no
+    # work and ended) before B was up on a saturated machine. At 4 each attempt lasts 2.5 times
+    # as long, in waiting, not CPU.
+    a, b = two_runners(
+        tmp_path, pg_url, "hang", ids=list(SEED2)[:4], interval=0.5, timeout=3.0, time_scale=4.0
+    )
     try:
         _both_busy(pg_url, "join", (a, b))
         stopped = time.time()
