@@ -37,7 +37,6 @@ def write_config(
     interval: float = 1.0,
     timeout: float = 10.0,
     ids: list[str] | None = None,
-    time_scale: float = 10.0,
 ) -> Path:
     scenario = tmp_path / "scenario.toml"
     scenario.write_text("[policy]\nskill = 0.5\n")
@@ -63,7 +62,7 @@ ids = {json.dumps(ids or list(SEED2))}
 concurrency = 2
 ledger = "{ledger}"
 workdir = "{tmp_path / "work"}"
-time_scale = {time_scale}
+time_scale = 4.0
 seed = 2
 lease_interval = {interval}
 lease_timeout = {timeout}
@@ -99,7 +98,9 @@ def two_runners(
 ) -> tuple[subprocess.Popen[bytes], ...]:
     """Runner A starts the run; runner B joins it as soon as the run exists. B's start (imports,
     its own simulator) ended 8.6 s after A's on a saturated machine, in a run that took 11 s at
-    time scale 20, so A had done nearly all of it alone; at 10 the run lasts twice as long."""
+    time scale 20, so A had done nearly all of it alone; at 10, A once claimed all four instances
+    of the hung-runner test before B was up, and B found no work. At 4 each attempt lasts five
+    times as long as at 20, in waiting, not CPU."""
     cfg = write_config(tmp_path, url, ids=ids, **timing)
     a = spawn(tmp_path, "a", str(cfg), "--run-id", run_id)
     eventually(lambda: a.poll() is not None or bool(q(url, "SELECT 1 FROM runs")), 60, what="the run")
@@ -254,12 +255,7 @@ def test_a_hung_runner_loses_its_work_when_its_lease_runs_out_and_then_stops(
     tmp_path: Path, pg_url: str
 ) -> None:
     """SIGSTOP: its process is alive, so only its lease (on the database's clock) can tell."""
-    # Four instances at two at a time: at time scale 10, A had claimed all four (and B found no
-    # work and ended) before B was up on a saturated machine. At 4 each attempt lasts 2.5 times
-    # as long, in waiting, not CPU.
-    a, b = two_runners(
-        tmp_path, pg_url, "hang", ids=list(SEED2)[:4], interval=0.5, timeout=3.0, time_scale=4.0
-    )
+    a, b = two_runners(tmp_path, pg_url, "hang", ids=list(SEED2)[:4], interval=0.5, timeout=3.0)
     try:
         _both_busy(pg_url, "join", (a, b))
         stopped = time.time()
