@@ -31,12 +31,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def write_config(
-    tmp_path: Path,
-    ledger: str,
-    *,
-    interval: float = 1.0,
-    timeout: float = 10.0,
-    ids: list[str] | None = None,
+    tmp_path: Path, ledger: str, *, interval: float = 1.0, timeout: float = 10.0, ids: list[str] | None = None
 ) -> Path:
     scenario = tmp_path / "scenario.toml"
     scenario.write_text("[policy]\nskill = 0.5\n")
