@@ -60,8 +60,9 @@ demo: $(STAMP)
 # free. Whole suite on 2 cores, Debian's Python, alternating pairs on two days: -n 4 237.0, 237.9,
 # 252.3, 241.9 s; -n 6 232.0, 232.0, 238.0, 236.1 s (earlier, -n 3 281 s, -n 5 241-256 s).
 # The same machine differs by day: on 4 Dec the suite of 3 Dec ran 238.8-256.5 s (232 s the day
-# before). After that day's test changes (CHANGELOG), 4 Dec, fresh clones: 236.6 s (after make
-# check, as CI runs it), 229.9 s rerun, 233.9 s right after the install (whose 17 s come first).
+# before). After that day's test changes (CHANGELOG), 4 Dec, fresh clones: 236.6 and 220.3 s
+# (after make check, as CI runs it), 229.9 s rerun, 233.9 and 221.5 s right after the install
+# (about 17 s, before the suite: 3 min 58.7 s for the whole first `make test` of a new clone).
 test: system-tools $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 6 --dist loadgroup $(PYTEST_ARGS)
 
