@@ -25,6 +25,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The tests that import statsmodels and scipy (about 1.1 CPU-s) run on one worker, which alone
+# pays for the import.
+STATSMODELS = pytest.mark.xdist_group("statsmodels")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """A suite started in the background of a non-interactive shell (`make test &` in a script)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from conftest import STATSMODELS
 from ledger_helpers import add_attempt, add_life, make_run
 from wedgewatch.analysis import stats
 from wedgewatch.analysis.compare import compare, render_text
@@ -23,8 +24,7 @@ from wedgewatch.runner import main as runner_main
 from wedgewatch.runner.import_report import import_report
 from wedgewatch.suites import load_bundled
 
-# statsmodels and scipy take about 1.1 CPU-s to import: one worker pays it (tests/conftest.py)
-pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("statsmodels")]
+pytestmark = [pytest.mark.timeout(120), STATSMODELS]
 
 BUNDLED = load_bundled()[:4]
 IDS = [i["instance_id"] for i in BUNDLED]

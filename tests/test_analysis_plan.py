@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from conftest import STATSMODELS
 from ledger_helpers import add_attempt, make_run
 from wedgewatch.analysis import plan as pl
 from wedgewatch.analysis.plan import design as dsg
@@ -25,8 +26,7 @@ from wedgewatch.runner import main as runner_main
 from wedgewatch.sim.scenario import load_scenario
 from wedgewatch.sim.wedge import ServerState, probability
 
-# statsmodels and scipy take about 1.1 CPU-s to import: one worker pays it (tests/conftest.py)
-pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("statsmodels")]
+pytestmark = [pytest.mark.timeout(120), STATSMODELS]
 
 
 @pytest.mark.parametrize("k", [4, 5, 6, 7, 8])

@@ -7,12 +7,12 @@ import tomllib
 
 import pytest
 
+from conftest import STATSMODELS
 from wedgewatch.analysis import stats
 from wedgewatch.analysis.plan.tomlout import dumps
 from wedgewatch.config import Config, validate
 
-# statsmodels and scipy take about 1.1 CPU-s to import: one worker pays it (tests/conftest.py)
-pytestmark = pytest.mark.xdist_group("statsmodels")
+pytestmark = STATSMODELS
 
 
 @pytest.mark.parametrize(

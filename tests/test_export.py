@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import STATSMODELS
 from ledger_helpers import add_attempt, dump, evaluate, make_run, outcomes
 from wedgewatch.analysis.stats import wilson
 from wedgewatch.analysis.summary import render_text, summarise
@@ -134,7 +135,7 @@ def test_summary_keeps_infra_failed_and_pending_beside_the_score(tmp_path: Path)
     assert s["infra_time"]["attempt_seconds"] == pytest.approx(5 + 7 + 0.5 + 3)
 
 
-@pytest.mark.xdist_group("statsmodels")  # one worker imports statsmodels (tests/conftest.py)
+@STATSMODELS
 def test_wilson_matches_statsmodels() -> None:
     from statsmodels.stats.proportion import proportion_confint
 

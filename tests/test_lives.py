@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conftest import STATSMODELS
 from ledger_helpers import make_run
 from wedgewatch.cli import main
 from wedgewatch.ledger import Ledger
 
-# statsmodels and scipy take about 1.1 CPU-s to import: one worker pays it (tests/conftest.py)
-pytestmark = pytest.mark.xdist_group("statsmodels")
+pytestmark = STATSMODELS
 
 # Twelve lives: ages in requests when they wedged (True) or were censored (False: recycled, or
 # stopped at the end of the run).

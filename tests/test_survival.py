@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import STATSMODELS
 from ledger_helpers import make_run
 from wedgewatch.analysis.summary import summarise
 from wedgewatch.analysis.survival import kaplan_meier, loglog_band, render_text, survival
@@ -21,8 +22,7 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.runner import main as runner_main
 from wedgewatch.suites import load_bundled
 
-# statsmodels and scipy take about 1.1 CPU-s to import: one worker pays it (tests/conftest.py)
-pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("statsmodels")]
+pytestmark = [pytest.mark.timeout(120), STATSMODELS]
 
 
 def test_kaplan_meier_by_hand() -> None:
