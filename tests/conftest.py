@@ -144,8 +144,8 @@ class Watched:
 @pytest.fixture
 async def watched(keywords_sim: RunningServer, tmp_path: Path) -> Any:
     """A ``Watched`` proxy with 1 s first-token and mid-stream deadlines, no rate check."""
+    from wedgewatch.base.events import EventBus
     from wedgewatch.config import WatchdogConfig
-    from wedgewatch.events import EventBus
     from wedgewatch.ledger import Ledger
     from wedgewatch.proxy import Proxy
 
@@ -163,7 +163,7 @@ async def watched(keywords_sim: RunningServer, tmp_path: Path) -> Any:
 
 def sse_events(raw: bytes) -> list[tuple[str | None, dict[str, Any]]]:
     """A whole SSE body as (event name, decoded data) pairs, comments and [DONE] left out."""
-    from wedgewatch.sse import SSEParser
+    from wedgewatch.wire.sse import SSEParser
 
     parser = SSEParser()
     events = parser.feed(raw) + parser.close()

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from wedgewatch.base.protocols import Sandbox
 from wedgewatch.config import SandboxConfig
-from wedgewatch.protocols import Sandbox
 from wedgewatch.sandbox import get_sandbox
 
 # On this machine kind podman needs runc (crun fails on the cgroup layout) and explicit ulimits

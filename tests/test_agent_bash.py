@@ -21,15 +21,15 @@ import pytest
 from conftest import RunningServer, launch
 from wedgewatch.agents import get_agent
 from wedgewatch.agents.bash import BashAgent
-from wedgewatch.config import AgentConfig
-from wedgewatch.errors import (
+from wedgewatch.base.errors import (
     BadInput,
     HarnessError,
     UpstreamConnectionError,
     UpstreamHTTPError,
     UpstreamStalled,
 )
-from wedgewatch.protocols import AgentResult, AgentTask
+from wedgewatch.base.protocols import AgentResult, AgentTask
+from wedgewatch.config import AgentConfig
 from wedgewatch.sandbox import LocalSandbox
 from wedgewatch.sim.swe_policy import behaviour
 from wedgewatch.suites import load_bundled, node_ids, parse_verdicts, pytest_command

@@ -19,14 +19,14 @@ import pytest
 from conftest import RunningServer
 from wedgewatch.agents import get_agent
 from wedgewatch.agents.command import CommandAgent, fill
+from wedgewatch.base.errors import AgentCrash, ConfigError
+from wedgewatch.base.protocols import AgentResult, AgentTask
+from wedgewatch.base.vocab import is_infra_outcome
 from wedgewatch.config import AgentConfig
-from wedgewatch.errors import AgentCrash, ConfigError
 from wedgewatch.ledger import Ledger
-from wedgewatch.protocols import AgentResult, AgentTask
 from wedgewatch.runner.retry import decide
 from wedgewatch.sandbox import LocalSandbox
 from wedgewatch.suites import load_bundled
-from wedgewatch.vocab import is_infra_outcome
 
 SECRET = "sk-command-agent-secret-42"
 

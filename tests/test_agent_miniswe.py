@@ -15,10 +15,10 @@ import pytest
 from conftest import RunningServer
 from wedgewatch.agents import get_agent
 from wedgewatch.agents.miniswe import MiniSweAgent
+from wedgewatch.base.errors import ConfigError, UpstreamHTTPError, UpstreamStalled
+from wedgewatch.base.protocols import AgentResult, AgentTask
 from wedgewatch.config import AgentConfig
-from wedgewatch.errors import ConfigError, UpstreamHTTPError, UpstreamStalled
 from wedgewatch.ledger import Ledger
-from wedgewatch.protocols import AgentResult, AgentTask
 from wedgewatch.sandbox import LocalSandbox
 from wedgewatch.sim.swe_policy import behaviour
 from wedgewatch.suites import evaluate, load_bundled

@@ -17,11 +17,11 @@ from conftest import STATSMODELS
 from ledger_helpers import add_attempt, add_life, make_run
 from wedgewatch.analysis import stats
 from wedgewatch.analysis.compare import compare, render_text
+from wedgewatch.analysis.import_report import import_report
 from wedgewatch.cli import main
 from wedgewatch.config import validate
 from wedgewatch.ledger import Ledger
-from wedgewatch.runner import main as runner_main
-from wedgewatch.runner.import_report import import_report
+from wedgewatch.runner import entry as runner_main
 from wedgewatch.suites import load_bundled
 
 pytestmark = [pytest.mark.timeout(120), STATSMODELS]

@@ -18,11 +18,11 @@ from conftest import STATSMODELS
 from ledger_helpers import add_attempt, make_run
 from wedgewatch.analysis import plan as pl
 from wedgewatch.analysis.plan import design as dsg
+from wedgewatch.base.errors import BadInput
 from wedgewatch.cli import main
 from wedgewatch.config import Config, load_config, validate
-from wedgewatch.errors import BadInput
 from wedgewatch.ledger import Ledger
-from wedgewatch.runner import main as runner_main
+from wedgewatch.runner import entry as runner_main
 from wedgewatch.sim.scenario import load_scenario
 from wedgewatch.sim.wedge import ServerState, probability
 

@@ -17,12 +17,12 @@ import pytest
 
 from ledger_helpers import add_attempt, make_run
 from wedgewatch.analysis import stats
+from wedgewatch.analysis.export import render
 from wedgewatch.analysis.scan import scan
 from wedgewatch.analysis.scan.clusters import find_clusters
 from wedgewatch.analysis.scan.report import status_kind
 from wedgewatch.cli import main
 from wedgewatch.ledger import Ledger
-from wedgewatch.runner.export import render
 
 IDS = [f"django__django-{11000 + n}" for n in range(20)]
 HUNG = IDS[:6]

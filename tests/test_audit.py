@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from wedgewatch import fingerprint
 from wedgewatch.analysis.audit import audit, rerun_lines
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
 from wedgewatch.ledger import Ledger
+from wedgewatch.wire import fingerprint
 
 BOILERPLATE = "You are an expert engineer working in a repository.\nAlways answer with one command."
 STATEMENTS = {

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.bench.children import stop_group
 from wedgewatch.bench.peers import NGINX_MISSING, names, nginx_binary
 from wedgewatch.bench.procfs import cpu_seconds, group_cpu_seconds, group_pids
 from wedgewatch.bench.proxy_table import render
-from wedgewatch.errors import BadInput
 
 
 def _bench(*args: str, tmp: Path | None = None) -> subprocess.CompletedProcess[str]:

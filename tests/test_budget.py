@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from ledger_helpers import add_attempt, dump, make_run, next_actions, outcomes
-from wedgewatch.clock import SYSTEM
+from wedgewatch.base.clock import SYSTEM
+from wedgewatch.base.errors import BadInput
+from wedgewatch.base.vocab import SERVER_RESTARTED as REQUEUED
 from wedgewatch.config import Config, ServerConfig, validate
-from wedgewatch.errors import BadInput
 from wedgewatch.ledger import Ledger, queries
 from wedgewatch.runner import resume
+from wedgewatch.supervisor.detector import WedgeDetector
 from wedgewatch.supervisor.drain import drain
 from wedgewatch.supervisor.life import Life, Recorder
-from wedgewatch.supervisor.watch import WedgeDetector
-from wedgewatch.vocab import SERVER_RESTARTED as REQUEUED
 
 
 def _row(lg: Ledger, run_id: str, iid: str) -> dict[str, object]:

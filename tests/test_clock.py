@@ -11,8 +11,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from wedgewatch.base.errors import ServerStartError
 from wedgewatch.config import ServerConfig, WatchdogConfig
-from wedgewatch.errors import ServerStartError
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor import Supervisor

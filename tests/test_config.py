@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from wedgewatch.base.errors import BadInput, ConfigError
 from wedgewatch.config import Config, load_config
-from wedgewatch.errors import BadInput, ConfigError
 
 
 def _models(model: type[BaseModel]) -> list[type[BaseModel]]:

@@ -16,13 +16,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from wedgewatch import promtext
+from wedgewatch.base.events import Event, EventBus, Wedged
 from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
-from wedgewatch.events import Event, EventBus, Wedged
-from wedgewatch.heartbeat import Reading
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor import Supervisor
+from wedgewatch.wire import promtext
+from wedgewatch.wire.heartbeat import Reading
 
 SLACK = 1.0  # wall seconds of scheduling noise allowed on a loaded 2-core machine
 

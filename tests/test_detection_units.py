@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from wedgewatch.config import Config, ServerConfig, WatchdogConfig, validate
-from wedgewatch.heartbeat import EngineClock, Feed, Reading
-from wedgewatch.promtext import parse
-from wedgewatch.proxy.engine import Scraper, read_any
-from wedgewatch.proxy.watch import STALL_MIDSTREAM, STALL_TTFT, Watch, engine_deadlines
+from wedgewatch.proxy.deadlines import STALL_MIDSTREAM, STALL_TTFT, Watch, engine_deadlines
+from wedgewatch.proxy.engine_time import Scraper, read_any
 from wedgewatch.supervisor import profiles
-from wedgewatch.supervisor.watch import WedgeDetector
+from wedgewatch.supervisor.detector import WedgeDetector
+from wedgewatch.wire.heartbeat import EngineClock, Feed, Reading
+from wedgewatch.wire.promtext import parse
 
 
 def r(

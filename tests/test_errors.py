@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wedgewatch import errors as e
+from wedgewatch.base import errors as e
 
 
 def test_only_infrastructure_is_retried() -> None:

@@ -13,12 +13,12 @@ import pytest
 
 from conftest import STATSMODELS
 from ledger_helpers import add_attempt, dump, evaluate, make_run, outcomes
+from wedgewatch.analysis import export
+from wedgewatch.analysis.import_report import import_report
 from wedgewatch.analysis.stats import wilson
 from wedgewatch.analysis.summary import render_text, summarise
 from wedgewatch.config import Config
 from wedgewatch.ledger import Ledger
-from wedgewatch.runner import export
-from wedgewatch.runner.import_report import import_report
 
 IDS = ["res", "unres", "empty", "early", "infra", "pend", "retried"]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from ledger_helpers import add_attempt, evaluate, make_run, next_actions, outcomes
-from wedgewatch.errors import BadInput, LedgerConflict
+from wedgewatch.base.errors import BadInput, LedgerConflict
+from wedgewatch.base.vocab import BUDGETED, MODEL_SIDE, RETRIED
 from wedgewatch.ledger import SCHEMA_VERSION, Ledger
-from wedgewatch.vocab import BUDGETED, MODEL_SIDE, RETRIED
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,12 +17,12 @@ from ledger_helpers import add_attempt, evaluate, make_run
 from pg_server import PgServer
 from wedgewatch.analysis.rundata import load_run
 from wedgewatch.analysis.summary import summarise
+from wedgewatch.base.errors import BadInput, LedgerConflict
 from wedgewatch.config import load_config
-from wedgewatch.errors import BadInput, LedgerConflict
 from wedgewatch.ledger import Ledger, checks
 from wedgewatch.ledger.copy import LEDGER_TABLES, copy, rows_of
 from wedgewatch.ledger.pg.sql import placeholders
-from wedgewatch.runner import main as runner_main
+from wedgewatch.runner import entry as runner_main
 from wedgewatch.suites import load_bundled
 
 pytestmark = pytest.mark.timeout(180)

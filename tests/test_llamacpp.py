@@ -22,9 +22,9 @@ import openai
 import pytest
 
 from conftest import RunningServer, launch
-from wedgewatch import promtext
 from wedgewatch.launchers.llamacpp import launch_argv
-from wedgewatch.sse import SSEParser
+from wedgewatch.wire import promtext
+from wedgewatch.wire.sse import SSEParser
 
 pytestmark = pytest.mark.xdist_group("llamacpp-server")  # one worker starts `llama` once
 
@@ -285,8 +285,8 @@ async def test_heartbeat_moves_during_a_long_prompt_and_a_sigstop_is_a_wedge_wit
     and a server frozen by SIGSTOP in the middle of one (not even /metrics answers) is a wedge
     within ``heartbeat_window`` plus two scrapes of the last beat."""
     from wedgewatch.config import ServerConfig, WarmupConfig
-    from wedgewatch.heartbeat import Reading
     from wedgewatch.supervisor import Supervisor
+    from wedgewatch.wire.heartbeat import Reading
 
     cfg = ServerConfig(
         profile="llamacpp",

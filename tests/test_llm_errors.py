@@ -8,14 +8,14 @@ import textwrap
 
 import httpx
 
-from wedgewatch import errors
 from wedgewatch.agents.llm_errors import translate
+from wedgewatch.base import errors
 
 _CLEAN_PROCESS = textwrap.dedent(
     """
     import sys
     import httpx2, openai
-    from wedgewatch import errors
+    from wedgewatch.base import errors
     from wedgewatch.agents.llm_errors import translate
 
     req = httpx2.Request("POST", "http://127.0.0.1:9/v1/chat/completions")

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from wedgewatch.analysis.plan import factors as pl
+from wedgewatch.base.errors import ConfigError
 from wedgewatch.config import ServerConfig, validate
-from wedgewatch.errors import ConfigError
 from wedgewatch.ledger import Ledger
-from wedgewatch.runner import main as runner_main
+from wedgewatch.runner import entry as runner_main
 from wedgewatch.supervisor import profiles
 
 pytestmark = pytest.mark.timeout(120)

@@ -22,11 +22,11 @@ import pytest
 from conftest import RunningServer, launch
 from ledger_helpers import outcomes
 from wedgewatch.analysis.summary import summarise
+from wedgewatch.base.vocab import MODEL_OUTCOMES
 from wedgewatch.config import load_config
 from wedgewatch.ledger import Ledger, checks
-from wedgewatch.runner import main as runner_main
+from wedgewatch.runner import entry as runner_main
 from wedgewatch.suites import load_bundled
-from wedgewatch.vocab import MODEL_OUTCOMES
 
 pytestmark = pytest.mark.timeout(300)
 

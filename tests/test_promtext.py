@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wedgewatch.promtext import parse
+from wedgewatch.wire.promtext import parse
 
 VLLM = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -23,12 +23,12 @@ import openai
 import pytest
 
 from conftest import RunningServer, launch
+from wedgewatch.base.events import Event, EventBus
 from wedgewatch.config import WatchdogConfig
-from wedgewatch.events import Event, EventBus
 from wedgewatch.ledger import Ledger
-from wedgewatch.promtext import parse as parse_prom
 from wedgewatch.proxy import Proxy
 from wedgewatch.testing import ChangingLives
+from wedgewatch.wire.promtext import parse as parse_prom
 
 KEY = "sk-wedgewatch-test-SECRET-4242"
 MODEL = "sim-model"

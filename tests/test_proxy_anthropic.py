@@ -15,12 +15,12 @@ import aiohttp
 import pytest
 
 from conftest import RunningServer, Watched, sse_events
-from wedgewatch import fingerprint
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
-from wedgewatch.proxy.anthropic import is_progress
+from wedgewatch.proxy.dialects.messages import is_progress
 from wedgewatch.testing import ScriptedUpstream
+from wedgewatch.wire import fingerprint
 
 if TYPE_CHECKING:
     import anthropic

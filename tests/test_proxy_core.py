@@ -8,12 +8,19 @@ from typing import Any
 
 import pytest
 
+from wedgewatch.base.vocab import INFRA_OUTCOMES, STALL_KINDS, is_infra_outcome
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.proxy import Stall, Watch
-from wedgewatch.proxy.assemble import Assembler
-from wedgewatch.proxy.progress import error_code, finish_reason, has_usage, is_error, is_progress, progress_of
-from wedgewatch.proxy.watch import Buckets
-from wedgewatch.vocab import INFRA_OUTCOMES, STALL_KINDS, is_infra_outcome
+from wedgewatch.proxy.deadlines import Buckets
+from wedgewatch.proxy.dialects.assemble import Assembler
+from wedgewatch.proxy.dialects.chat_bytes import (
+    error_code,
+    finish_reason,
+    has_usage,
+    is_error,
+    is_progress,
+    progress_of,
+)
 
 CFG = WatchdogConfig(ttft_timeout=10, stall_timeout=5, min_rate=1.0, rate_window=4, total_timeout=100)
 

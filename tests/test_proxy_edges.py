@@ -16,8 +16,8 @@ import aiohttp
 import openai
 import pytest
 
+from wedgewatch.base.events import Event, EventBus, UpstreamFailed
 from wedgewatch.config import WatchdogConfig
-from wedgewatch.events import Event, EventBus, UpstreamFailed
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.testing import ScriptedUpstream, eventually_async

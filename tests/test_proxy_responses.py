@@ -16,12 +16,12 @@ import openai
 import pytest
 
 from conftest import RunningServer, Watched, sse_events
-from wedgewatch import fingerprint
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
-from wedgewatch.proxy.responses import is_progress
+from wedgewatch.proxy.dialects.responses import is_progress
 from wedgewatch.testing import ScriptedUpstream
+from wedgewatch.wire import fingerprint
 
 KEY = "sk-wedgewatch-test-SECRET-7373"
 MODEL = "sim-model"

@@ -21,11 +21,11 @@ import openai
 import pytest
 
 from conftest import RunningServer, launch
-from wedgewatch import promtext
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.launchers.llamacpp import launch_argv
 from wedgewatch.proxy import Proxy
-from wedgewatch.sse import SSEParser
+from wedgewatch.wire import promtext
+from wedgewatch.wire.sse import SSEParser
 
 pytestmark = pytest.mark.xdist_group("llamacpp-proxy")  # one worker starts `llama` once
 

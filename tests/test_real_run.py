@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from wedgewatch import promtext
+from wedgewatch.wire import promtext
 
 pytestmark = pytest.mark.long
 

@@ -16,9 +16,9 @@ from typing import Any
 import openai
 import pytest
 
+from wedgewatch.base.errors import PortBusyError, ServerError
+from wedgewatch.base.events import EventBus
 from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
-from wedgewatch.errors import PortBusyError, ServerError
-from wedgewatch.events import EventBus
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor import Supervisor

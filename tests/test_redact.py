@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wedgewatch import redact
+from wedgewatch.base import redact
 
 
 @pytest.mark.parametrize(

@@ -14,12 +14,12 @@ import pytest
 
 from ledger_helpers import add_attempt, make_run
 from wedgewatch.analysis.html import render_html, write_html
+from wedgewatch.analysis.import_report import import_report
 from wedgewatch.analysis.plots import _lanes
 from wedgewatch.cli import main
 from wedgewatch.config import validate
 from wedgewatch.ledger import Ledger
-from wedgewatch.runner import main as runner_main
-from wedgewatch.runner.import_report import import_report
+from wedgewatch.runner import entry as runner_main
 from wedgewatch.suites import load_bundled
 
 pytestmark = pytest.mark.timeout(120)

@@ -16,8 +16,8 @@ from ledger_helpers import dump, outcomes
 from test_runner_sim import IDS, _cli, attempts_of, problem_line, write_config
 from wedgewatch.config import load_config
 from wedgewatch.ledger import Ledger
-from wedgewatch.runner import main as runner_main
-from wedgewatch.runner.context import RunContext
+from wedgewatch.runner import entry as runner_main
+from wedgewatch.runner.state import RunContext
 
 pytestmark = pytest.mark.timeout(180)
 

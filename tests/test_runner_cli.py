@@ -10,11 +10,11 @@ import tomllib
 from pathlib import Path
 
 from ledger_helpers import add_attempt, make_run
+from wedgewatch.base.protocols import LifeInfo
 from wedgewatch.config import Config
 from wedgewatch.ledger import Ledger
-from wedgewatch.protocols import LifeInfo
-from wedgewatch.runner.context import Counters, RunContext
 from wedgewatch.runner.progress import render
+from wedgewatch.runner.state import Counters, RunContext
 from wedgewatch.testing import FixedLife
 
 

@@ -21,8 +21,8 @@ import pytest
 
 from ledger_helpers import add_attempt, make_run, outcomes
 from test_runner_sim import SEED2
+from wedgewatch.base.errors import LedgerConflict
 from wedgewatch.config import Config
-from wedgewatch.errors import LedgerConflict
 from wedgewatch.ledger import Ledger, checks
 from wedgewatch.runner import lease
 from wedgewatch.testing import eventually

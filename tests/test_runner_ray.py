@@ -27,11 +27,11 @@ import pytest
 from ledger_helpers import outcomes
 from ray_helpers import RayCluster, descendants, outward_address, start_cluster, still_running, titled
 from test_runner_sim import IDS, SEED2, _processes_with, write_config
+from wedgewatch.base.errors import ExecutorError
 from wedgewatch.config import load_config
-from wedgewatch.errors import ExecutorError
 from wedgewatch.ledger import Ledger
-from wedgewatch.runner import main as runner_main
-from wedgewatch.runner.context import RunContext
+from wedgewatch.runner import entry as runner_main
+from wedgewatch.runner.state import RunContext
 from wedgewatch.testing import eventually, eventually_async
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("ray")]  # one worker starts `cluster` once

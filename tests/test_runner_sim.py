@@ -26,8 +26,8 @@ from ledger_helpers import dump, outcomes
 from wedgewatch.analysis.summary import summarise
 from wedgewatch.config import Config, load_config
 from wedgewatch.ledger import Ledger, checks
-from wedgewatch.runner import main as runner_main
-from wedgewatch.runner.context import RunContext
+from wedgewatch.runner import entry as runner_main
+from wedgewatch.runner.state import RunContext
 from wedgewatch.suites import load_bundled
 from wedgewatch.testing import eventually
 

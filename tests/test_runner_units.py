@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from wedgewatch import errors
+from wedgewatch.base import errors
+from wedgewatch.base.errors import EvaluationError
+from wedgewatch.base.protocols import AgentResult
+from wedgewatch.base.vocab import is_infra_outcome
 from wedgewatch.config import Config
-from wedgewatch.errors import EvaluationError
-from wedgewatch.protocols import AgentResult
 from wedgewatch.runner.evaluate import evaluate
+from wedgewatch.runner.execution import check_run_id, effective
 from wedgewatch.runner.retry import decide
-from wedgewatch.runner.run import check_run_id, effective
 from wedgewatch.sandbox import LocalSandbox
 from wedgewatch.suites import bundled_extras, load_bundled
-from wedgewatch.vocab import is_infra_outcome
 
 
 def test_proxy_records_overrule_what_the_agent_said() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from wedgewatch.errors import BadInput, SandboxError
-from wedgewatch.protocols import CommandResult, Sandbox
+from wedgewatch.base.errors import BadInput, SandboxError
+from wedgewatch.base.protocols import CommandResult, Sandbox
 from wedgewatch.sandbox import LocalSandbox, get_sandbox, groups
 from wedgewatch.suites import load_bundled
 from wedgewatch.suites.git import run_git

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sandbox_helpers import gone, host_pids_with, make, settings
-from wedgewatch.protocols import Sandbox
+from wedgewatch.base.protocols import Sandbox
 from wedgewatch.sandbox.output import HALF
 from wedgewatch.suites import load_bundled
 from wedgewatch.suites.git import run_git

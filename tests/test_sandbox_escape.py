@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sandbox_helpers import gone, host_pids_with, make, settings
-from wedgewatch.protocols import Sandbox
+from wedgewatch.base.protocols import Sandbox
 from wedgewatch.suites import load_bundled
 
 pytestmark = pytest.mark.timeout(180)

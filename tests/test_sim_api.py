@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from wedgewatch.promtext import parse as parse_metrics
+from wedgewatch.wire.promtext import parse as parse_metrics
 
 FAST = ("--time-scale", "50")
 

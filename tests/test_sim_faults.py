@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from test_sim_support import Stream, chat_body, client, gauge, stats, wait_for
-from wedgewatch.promtext import parse as parse_metrics
+from wedgewatch.wire.promtext import parse as parse_metrics
 
 
 def test_stall_ttft_holds_the_stream_and_a_disconnect_aborts(start_sim) -> None:  # type: ignore[no-untyped-def]

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 import httpx
 import openai
 
-from wedgewatch.promtext import parse as parse_metrics
-from wedgewatch.sse import SSEEvent, SSEParser
+from wedgewatch.wire.promtext import parse as parse_metrics
+from wedgewatch.wire.sse import SSEEvent, SSEParser
 
 
 def client(url: str, **kw: Any) -> openai.OpenAI:

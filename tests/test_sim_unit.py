@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from wedgewatch.base.errors import ScenarioError
 from wedgewatch.cli.sim import _leftovers
-from wedgewatch.errors import ScenarioError
 from wedgewatch.sim import tokenizer
 from wedgewatch.sim.chunks import ChatEncoder, plan_reply
 from wedgewatch.sim.faults import FaultBook, RequestKey

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from wedgewatch.sse import SSEParser, encode_data, iter_events
+from wedgewatch.wire.sse import SSEParser, encode_data, iter_events
 
 BODY = (
     b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'

@@ -12,10 +12,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from wedgewatch.base.events import Event
 from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
-from wedgewatch.events import Event
 from wedgewatch.ledger import Ledger
-from wedgewatch.stack import Stack
+from wedgewatch.stack.servers import Stack
 from wedgewatch.supervisor.process import group_alive
 
 WEDGE_ONCE = """

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from wedgewatch.errors import SandboxError, SuiteError
+from wedgewatch.base.errors import SandboxError, SuiteError
 from wedgewatch.sandbox.local import LocalSandbox
 from wedgewatch.suites import (
     bundled_extras,

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from wedgewatch.base.errors import SuiteError
 from wedgewatch.config import SuiteConfig
-from wedgewatch.errors import SuiteError
-from wedgewatch.runner.suite import load_dataset, load_file, load_suite, parse_slice
+from wedgewatch.suites.load import load_dataset, load_file, load_suite, parse_slice
 
 
 def record(iid: str, **extra: Any) -> dict[str, Any]:

@@ -17,9 +17,9 @@ import aiohttp
 import pytest
 
 from conftest import RunningServer
+from wedgewatch.base.errors import PortBusyError, ServerStartError
+from wedgewatch.base.events import Event, EventBus, Stalled
 from wedgewatch.config import ServerConfig, WarmupConfig
-from wedgewatch.errors import PortBusyError, ServerStartError
-from wedgewatch.events import Event, EventBus, Stalled
 from wedgewatch.ledger import Ledger
 from wedgewatch.supervisor import Supervisor
 from wedgewatch.supervisor.process import group_alive

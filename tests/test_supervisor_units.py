@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from wedgewatch import redact
+from wedgewatch.base import redact
+from wedgewatch.base.errors import ConfigError, ServerStartError, WarmupError
 from wedgewatch.config import ServerConfig
-from wedgewatch.errors import ConfigError, ServerStartError, WarmupError
 from wedgewatch.supervisor import profiles
+from wedgewatch.supervisor.detector import Reading, WedgeDetector
 from wedgewatch.supervisor.life import api_key
 from wedgewatch.supervisor.policy import BACKOFF_CAP, RestartPolicy
 from wedgewatch.supervisor.process import LocalServer, bind_failed, group_alive, port_busy
-from wedgewatch.supervisor.watch import Reading, WedgeDetector
 
 # --- the wedge rule ---------------------------------------------------------------------------
 

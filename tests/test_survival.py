@@ -19,7 +19,7 @@ from wedgewatch.analysis.survival import kaplan_meier, loglog_band, render_text,
 from wedgewatch.cli import main
 from wedgewatch.config import validate
 from wedgewatch.ledger import Ledger
-from wedgewatch.runner import main as runner_main
+from wedgewatch.runner import entry as runner_main
 from wedgewatch.suites import load_bundled
 
 pytestmark = [pytest.mark.timeout(120), STATSMODELS]

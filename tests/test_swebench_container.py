@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 
 from sandbox_helpers import PODMAN_ARGS, require_tools
+from wedgewatch.base.errors import BadInput, SuiteError
 from wedgewatch.config import Config, SuiteConfig, load_config
-from wedgewatch.errors import BadInput, SuiteError
 from wedgewatch.ledger import Ledger
-from wedgewatch.runner import main as runner_main
+from wedgewatch.runner import entry as runner_main
 from wedgewatch.runner.evaluate import evaluate
-from wedgewatch.runner.run import check_repositories
-from wedgewatch.runner.suite import load_suite
+from wedgewatch.runner.execution import check_repositories
 from wedgewatch.sandbox import LocalSandbox
 from wedgewatch.sandbox.images import image_for
 from wedgewatch.sandbox.testbed import swebench_row
 from wedgewatch.suites import load_bundled
+from wedgewatch.suites.load import load_suite
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -182,8 +182,8 @@ def test_mini_swe_agent_solves_an_instance_inside_its_container(
 ) -> None:
     from sandbox_helpers import make, settings
     from wedgewatch.agents.miniswe import MiniSweAgent
+    from wedgewatch.base.protocols import AgentTask
     from wedgewatch.config import AgentConfig
-    from wedgewatch.protocols import AgentTask
     from wedgewatch.sim.swe_policy import behaviour
 
     n = next(i for i, inst in enumerate(BUNDLED) if behaviour(inst["instance_id"], 0, 1.0) == "solve")

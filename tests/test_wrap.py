@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from wedgewatch import fingerprint
 from wedgewatch.ledger import Ledger, checks
 from wedgewatch.supervisor.process import group_alive
 from wedgewatch.testing import eventually
+from wedgewatch.wire import fingerprint
 
 KEY = "sk-wrap-secret-never-written-4242"
 

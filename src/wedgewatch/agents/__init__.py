@@ -7,11 +7,9 @@ asked for, so the optional dependencies of one agent never slow down or break an
 
 from __future__ import annotations
 
-import importlib
-
+from wedgewatch.base import registry
+from wedgewatch.base.protocols import Agent
 from wedgewatch.config import AgentConfig
-from wedgewatch.errors import BadInput
-from wedgewatch.protocols import Agent
 
 # name -> "module:attribute"; the attribute is a class taking (cfg: AgentConfig).
 REGISTRY: dict[str, str] = {
@@ -25,11 +23,7 @@ REGISTRY: dict[str, str] = {
 
 def get_agent(name: str, cfg: AgentConfig | None = None) -> Agent:
     """Instantiate the agent registered as ``name`` with ``cfg`` (defaults when None)."""
-    target = REGISTRY.get(name)
-    if target is None:
-        raise BadInput(f"agent.name: unknown agent {name!r} (known: {', '.join(sorted(REGISTRY))})")
-    module, _, attr = target.partition(":")
-    cls = getattr(importlib.import_module(module), attr)
+    cls = registry.load(REGISTRY, name, "agent.name", "agent")
     agent: Agent = cls(cfg or AgentConfig())
     return agent
 

@@ -21,9 +21,9 @@ import openai
 from wedgewatch.agents import prompts
 from wedgewatch.agents.llm_errors import is_context_window, stall_kind, translate
 from wedgewatch.agents.trajectory import Trajectory, Turn
+from wedgewatch.base.errors import HarnessError, WedgewatchError
+from wedgewatch.base.protocols import AgentResult, AgentTask
 from wedgewatch.config import AgentConfig
-from wedgewatch.errors import HarnessError, WedgewatchError
-from wedgewatch.protocols import AgentResult, AgentTask
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wedgewatch import errors
+from wedgewatch.base import errors
+from wedgewatch.base.protocols import AgentResult, AgentTask
 from wedgewatch.config import AgentConfig
-from wedgewatch.protocols import AgentResult, AgentTask
 from wedgewatch.sandbox import groups
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ import threading
 from typing import Any
 
 from wedgewatch.agents.llm_errors import translate
+from wedgewatch.base.protocols import AgentResult, AgentTask
 from wedgewatch.config import AgentConfig
-from wedgewatch.protocols import AgentResult, AgentTask
 
 PATCH = "diff --git a/ECHO b/ECHO\nnew file mode 100644\n--- /dev/null\n+++ b/ECHO\n@@ -0,0 +1 @@\n+echo\n"
 MAX_TOKENS = 8

@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 
-from wedgewatch import errors
+from wedgewatch.base import errors
 
 _MESSAGE_LIMIT = 300
 

@@ -21,10 +21,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from wedgewatch import errors
 from wedgewatch.agents.llm_errors import is_context_window, translate
+from wedgewatch.base import errors
+from wedgewatch.base.protocols import AgentResult, AgentTask, Sandbox
 from wedgewatch.config import AgentConfig
-from wedgewatch.protocols import AgentResult, AgentTask, Sandbox
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from wedgewatch.errors import status_of
-from wedgewatch.protocols import AgentResult, CommandResult
+from wedgewatch.base.errors import status_of
+from wedgewatch.base.protocols import AgentResult, CommandResult
 
 FORMAT = "wedgewatch-trajectory-1"
 

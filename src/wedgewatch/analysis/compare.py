@@ -16,9 +16,9 @@ from wedgewatch.analysis.lives import WEDGE_ENDINGS
 from wedgewatch.analysis.summary import summarise
 from wedgewatch.analysis.survival import life_ages
 from wedgewatch.analysis.text import points, rate_text, table
+from wedgewatch.base.vocab import MODEL_OUTCOMES, OUTCOMES, STALL_KINDS
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.vocab import MODEL_OUTCOMES, OUTCOMES, STALL_KINDS
 
 LETTERS = ("A", "B")
 

@@ -17,9 +17,9 @@ from wedgewatch.analysis import plots
 from wedgewatch.analysis.rundata import RunData, load_run
 from wedgewatch.analysis.survival import Survival, ci_text, survival
 from wedgewatch.analysis.text import rate_text
+from wedgewatch.base.vocab import IN_FLIGHT, MODEL_OUTCOMES
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.vocab import IN_FLIGHT, MODEL_OUTCOMES
 
 log = logging.getLogger(__name__)
 

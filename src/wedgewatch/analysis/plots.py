@@ -14,7 +14,7 @@ from typing import Any
 
 from wedgewatch.analysis.rundata import RunData
 from wedgewatch.analysis.survival import Survival
-from wedgewatch.vocab import STALL_KINDS
+from wedgewatch.base.vocab import STALL_KINDS
 
 STATUS_COLORS = {
     "submitted": "#2a9d8f",

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from wedgewatch.analysis.summary import summarise
+from wedgewatch.base.vocab import IN_FLIGHT
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.vocab import IN_FLIGHT
 
 # Generated-token counters of the server profiles, in the order the supervisor watches them; the
 # first one a run has samples of is the one drawn (its flat stretches are wedges).

@@ -10,9 +10,7 @@ from collections import Counter
 from typing import Any
 
 from wedgewatch.analysis.stats import rate
-from wedgewatch.ledger import queries
-from wedgewatch.ledger.store import Ledger
-from wedgewatch.vocab import (
+from wedgewatch.base.vocab import (
     API_ERROR,
     ATTEMPT_STATUSES,
     HARNESS_ERROR,
@@ -23,6 +21,8 @@ from wedgewatch.vocab import (
     RUNNING,
     STALL_KINDS,
 )
+from wedgewatch.ledger import queries
+from wedgewatch.ledger.store import Ledger
 
 _FIRST_LIFE_REASONS = ("run_start", "adopted")  # the supervisor's reasons for an execution's first life
 INFRA_STATUSES = (API_ERROR, HARNESS_ERROR, INTERRUPTED)

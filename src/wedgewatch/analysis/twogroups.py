@@ -10,7 +10,7 @@ from typing import Any
 
 from wedgewatch.analysis import stats
 from wedgewatch.analysis.text import pct, points, rate_text
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
 
 _COUNT = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 

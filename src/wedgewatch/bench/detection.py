@@ -23,11 +23,11 @@ from typing import Any
 
 import aiohttp
 
-from wedgewatch import promtext
+from wedgewatch.base.events import Event, Restarting, Stalled, Wedged
 from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
-from wedgewatch.events import Event, Restarting, Stalled, Wedged
-from wedgewatch.heartbeat import Reading
-from wedgewatch.stack import Stack
+from wedgewatch.stack.servers import Stack
+from wedgewatch.wire import promtext
+from wedgewatch.wire.heartbeat import Reading
 
 SHORT_PROMPT = 2000  # tokens: one prefill chunk and a bit, 2 s at the scenario's 1,000 tokens/s
 LONG_PROMPT = 60_000  # tokens: a 60 s prefill

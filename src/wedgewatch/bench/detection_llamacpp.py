@@ -16,10 +16,10 @@ from typing import Any
 
 import aiohttp
 
+from wedgewatch.base.events import Restarting, Stalled, Wedged
 from wedgewatch.bench.detection import Watcher, chat, percentiles
 from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
-from wedgewatch.events import Restarting, Stalled, Wedged
-from wedgewatch.stack import Stack
+from wedgewatch.stack.servers import Stack
 
 MODEL = "gemma3-270m"
 LONG = " ".join(f"item{i}" for i in range(700))  # about 2,800 tokens: many batches of 64

@@ -17,9 +17,9 @@ from typing import Any
 
 import aiohttp
 
-from wedgewatch import promtext
 from wedgewatch.launchers.llamacpp import launch_argv
-from wedgewatch.sse import SSEParser
+from wedgewatch.wire import promtext
+from wedgewatch.wire.sse import SSEParser
 
 HELLO = [{"role": "user", "content": "Write hello world."}]
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.bench.children import pinned, stop_group
-from wedgewatch.errors import BadInput
 
 NGINX_MISSING = (
     "--peers nginx: nginx is not installed (Debian: apt-get install -y nginx; `make install` does it as root)"

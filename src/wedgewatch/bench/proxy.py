@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.bench import peers as peer_kinds
 from wedgewatch.bench.children import Server, pinned
 from wedgewatch.bench.procfs import group_cpu_seconds, group_rss_mib
-from wedgewatch.errors import BadInput
 
 _HEALTHY = """
 name = "bench-proxy"
@@ -185,7 +185,7 @@ def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
         if proxy is not None:
             proxy.stop()
         sim.stop()
-    from wedgewatch.promtext import parse
+    from wedgewatch.wire.promtext import parse
 
     samples = parse(prom)
     rows = [

@@ -105,8 +105,8 @@ def child(n: int, concurrency: int, root: Path) -> dict[str, Any]:
     """One size, in this process: run it, then measure."""
     from wedgewatch.analysis.summary import summarise
     from wedgewatch.ledger import Ledger
-    from wedgewatch.runner import main as runner_main
-    from wedgewatch.runner.context import RunContext
+    from wedgewatch.runner import entry as runner_main
+    from wedgewatch.runner.state import RunContext
 
     suite, repos = make_fixture(root, n)
     cfg = bench_config(root, suite, repos, concurrency)

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.base.protocols import Sandbox
 from wedgewatch.config import SandboxConfig
-from wedgewatch.protocols import Sandbox
 from wedgewatch.sandbox import get_sandbox
 from wedgewatch.suites import load_bundled
 

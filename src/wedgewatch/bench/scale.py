@@ -85,8 +85,8 @@ def run_cell(
 ) -> dict[str, Any]:
     """One cell, in this process."""
     from wedgewatch.ledger import Ledger
-    from wedgewatch.runner import main as runner_main
-    from wedgewatch.runner.context import RunContext
+    from wedgewatch.runner import entry as runner_main
+    from wedgewatch.runner.state import RunContext
 
     suite, repos = make_fixture(root, n)
     target = ledger if ledger != "sqlite" else str(root / "ledger.sqlite")
@@ -138,7 +138,7 @@ def run_cell(
 async def _idle_pool(n: int, seconds: float, root: Path) -> dict[str, Any]:
     from wedgewatch.bench.procfs import rss_mib
     from wedgewatch.ledger import Ledger
-    from wedgewatch.stack import Stack
+    from wedgewatch.stack.servers import Stack
 
     members = [
         ServerConfig.model_validate(

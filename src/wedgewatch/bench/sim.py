@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from wedgewatch.sse import SSEParser
+from wedgewatch.wire.sse import SSEParser
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -19,9 +19,9 @@ import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from wedgewatch import __version__
+from wedgewatch.base.errors import BadInput, WedgewatchError
+from wedgewatch.base.extras import missing_extra
 from wedgewatch.cli._app import app
-from wedgewatch.errors import BadInput, WedgewatchError
-from wedgewatch.extras import missing_extra
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
 
 if TYPE_CHECKING:
     from wedgewatch.ledger import Ledger

@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.cli._app import app
-from wedgewatch.errors import BadInput
 
 
 @app.command("audit")

@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.cli.bench import bench_app
-from wedgewatch.errors import BadInput
 
 
 def _print_sim(figures: dict[str, Any], scale: float) -> None:

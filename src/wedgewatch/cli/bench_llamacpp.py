@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.cli.bench import bench_app
-from wedgewatch.errors import BadInput
 
 
 @bench_app.command("llamacpp")

@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.cli.bench import bench_app
-from wedgewatch.errors import BadInput
 
 
 def _ints(flag: str, text: str) -> list[int]:

@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.cli._app import app, open_ledger
-from wedgewatch.errors import BadInput
 
 
 def _counts(a: str, b: str, json_out: bool) -> None:

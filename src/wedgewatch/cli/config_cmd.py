@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.cli._app import app
 from wedgewatch.config import Config, load_config
-from wedgewatch.errors import BadInput
 
 
 def example_text() -> str:

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.cli._app import LedgerOption, app, open_ledger
-from wedgewatch.errors import BadInput
 
 
 @app.command("export")
@@ -29,8 +29,8 @@ def export_cmd(
 ) -> None:
     """Export a run. Predictions leave out instances without a model outcome (infra_failed,
     pending): they are never written as empty patches."""
+    from wedgewatch.analysis.export import FORMATS, render
     from wedgewatch.ledger import queries
-    from wedgewatch.runner.export import FORMATS, render
 
     if fmt not in FORMATS:
         raise BadInput(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")

@@ -22,7 +22,7 @@ def import_report_cmd(
 ) -> None:
     """Record the report's verdicts as evaluations (source swebench_report) of each instance's
     final attempt. Nothing is overwritten: the latest verdict of an attempt is the one that counts."""
-    from wedgewatch.runner.import_report import import_report
+    from wedgewatch.analysis.import_report import import_report
 
     with open_ledger(ledger) as lg:
         res = import_report(lg, run_id, report)

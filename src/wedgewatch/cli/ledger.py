@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.cli._app import app
-from wedgewatch.errors import BadInput
 
 ledger_app = typer.Typer(
     help="Ledgers as a whole: copy runs between SQLite and PostgreSQL.", no_args_is_help=True

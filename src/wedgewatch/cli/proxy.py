@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from wedgewatch import redact
+from wedgewatch.base import redact
+from wedgewatch.base.errors import BadInput, ConfigError
 from wedgewatch.cli._app import app, serve_forever
 from wedgewatch.config import WatchdogConfig
-from wedgewatch.errors import BadInput, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -163,44 +161,35 @@ async def _serve(
     records: Path | None,
     heartbeat: tuple[str, float, float] | None,
 ) -> None:
-    from wedgewatch.heartbeat import Feed
-    from wedgewatch.ledger import Ledger
-    from wedgewatch.proxy import Proxy
-    from wedgewatch.proxy.engine import Scraper
+    from wedgewatch.stack import session
+    from wedgewatch.stack.proxied import ProxiedServer
 
-    ledger = Ledger(ledger_path) if ledger_path is not None else None
-    scraper = None
-    if heartbeat is not None:
-        url, interval, window = heartbeat
-        scraper = Scraper(url, Feed(window), interval)
-    proxy = Proxy(
-        upstream, watchdog, ledger=ledger, records_path=records, feed=scraper.feed if scraper else None
+    url_, interval, window = heartbeat if heartbeat is not None else (None, 1.0, 8.0)
+    server = ProxiedServer(
+        upstream,
+        watchdog,
+        ledger_path=ledger_path,
+        records=records,
+        metrics_url=url_,
+        scrape_interval=interval,
+        heartbeat_window=window,
     )
-    if scraper is not None:
-        scraper.busy = lambda: proxy.in_flight() > 0
-    try:
-        url = await proxy.start(host, port)
-    except OSError as exc:
-        raise BadInput(f"--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    if scraper is not None:
-        scraper.start()
-    typer.echo(f"listening on {url}")
-    sys.stdout.flush()
-    # Everything imported so far lives as long as the process: keep it out of the collector's
-    # full passes, which otherwise stall every stream for tens of milliseconds now and then.
-    gc.freeze()
-    # Rows are written from a worker thread; by default it may keep the GIL for 5 ms at a time,
-    # a pause every stream would feel (measured: event-loop lag p99 3-8 ms, 2 ms at 0.5 ms).
-    sys.setswitchinterval(0.0005)
-    shown = redact.url(str(ledger_path)) if ledger_path else records
-    log.warning("proxy: %s -> %s (records: %s)", url, proxy.upstream.base_url, shown)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    if scraper is not None:
-        await scraper.stop()
-    await proxy.stop()
-    if ledger is not None:
-        ledger.close()
+    async with session.stopping() as stop:
+        try:
+            try:
+                url = await server.start(host, port)
+            except OSError as exc:
+                raise BadInput(f"--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            typer.echo(f"listening on {url}")
+            sys.stdout.flush()
+            # Everything imported so far lives as long as the process: keep it out of the collector's
+            # full passes, which otherwise stall every stream for tens of milliseconds now and then.
+            gc.freeze()
+            # Rows are written from a worker thread; by default it may keep the GIL for 5 ms at a
+            # time, a pause every stream would feel (measured: event-loop lag p99 3-8 ms, 2 ms at 0.5 ms).
+            sys.setswitchinterval(0.0005)
+            shown = redact.url(str(ledger_path)) if ledger_path else records
+            log.warning("proxy: %s -> %s (records: %s)", url, server.proxy.upstream.base_url, shown)
+            await stop.event.wait()
+        finally:
+            await server.stop()

@@ -9,10 +9,10 @@ from typing import Annotated
 
 import typer
 
-from wedgewatch import redact
+from wedgewatch.base import redact
+from wedgewatch.base.errors import BadInput, WedgewatchError
 from wedgewatch.cli._app import app
 from wedgewatch.config import Config, RunConfig, load_config
-from wedgewatch.errors import BadInput, WedgewatchError
 
 
 @app.command("run")
@@ -61,8 +61,8 @@ def run_cmd(
 ) -> None:
     """Run a suite (or resume a run) and print its summary: infra_failed and pending are counted
     beside the score, never inside it."""
-    from wedgewatch.runner import main as runner_main
-    from wedgewatch.runner.run import check_run_id, new_run_id
+    from wedgewatch.runner import entry as runner_main
+    from wedgewatch.runner.execution import check_run_id, new_run_id
 
     cfg: Config | None = load_config(config) if config is not None else None
     show = not json_out and sys.stderr.isatty()

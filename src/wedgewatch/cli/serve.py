@@ -10,11 +10,8 @@ pool on another host restarts this one (``server.restart_url``, docs/scale-out.m
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -61,38 +58,26 @@ def serve(
 
 async def _serve(cfg: Config, host: str, port: int, ledger_path: str, token: str | None) -> int:
     from wedgewatch.ledger import Ledger
-    from wedgewatch.stack import Stack
+    from wedgewatch.stack import session
+    from wedgewatch.stack.servers import Stack
 
-    loop = asyncio.get_running_loop()
-    interrupted = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, interrupted.set)
     ledger = Ledger(ledger_path)
     stack = Stack(cfg.members(), cfg.watchdog, ledger=ledger, admin=True, restart_token=token)
-    code = 0
-    stop_wait = asyncio.ensure_future(interrupted.wait())
-    try:
-        started = asyncio.ensure_future(stack.start(host, port))
-        await asyncio.wait({started, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-        if not started.done():
-            started.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await started
-            return 130
-        url = started.result()  # a start that failed raises its ServerError here
-        # Printed once the server is ready: whoever reads this line can send requests at once.
-        typer.echo(f"listening on {url}")
-        sys.stdout.flush()
-        failed = asyncio.ensure_future(stack.pool.wait_failed())
-        await asyncio.wait({failed, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-        if failed.done() and not interrupted.is_set():
-            typer.echo(f"wedgewatch: error: {failed.result()}".replace("\n", " "), err=True)
-            code = 1
-        failed.cancel()
-    finally:
-        stop_wait.cancel()
-        await stack.stop()
-        ledger.close()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-    return code
+    # The signal handlers stay in place until the stack has stopped: a second Ctrl-C during the
+    # stop must not cut it short and leave a server running.
+    async with session.stopping() as stop:
+        try:
+            url = await stop.first(stack.start(host, port))  # a failed start raises its ServerError
+            if url is None:
+                return session.INTERRUPTED
+            # Printed once the server is ready: whoever reads this line can send requests at once.
+            typer.echo(f"listening on {url}")
+            sys.stdout.flush()
+            failed = await stop.first(stack.pool.wait_failed())
+            if failed is not None and not stop.requested:
+                typer.echo(f"wedgewatch: error: {failed}".replace("\n", " "), err=True)
+                return 1
+            return 0
+        finally:
+            await stack.stop()
+            ledger.close()

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.cli._app import app
-from wedgewatch.errors import BadInput
 
 log = logging.getLogger(__name__)
 

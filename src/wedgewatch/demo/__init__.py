@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.demo.arms import ARMS, DEFAULT_ARMS, Condition, arm_config
 from wedgewatch.demo.cells import arm_cells
 from wedgewatch.demo.table import aggregate
-from wedgewatch.errors import BadInput
 from wedgewatch.ledger.store import Ledger
 
 log = logging.getLogger(__name__)
@@ -81,8 +81,8 @@ def scenario_skill(scenario: str) -> float:
 
 def run_demo(opts: DemoOptions) -> dict[str, Any]:
     """Run every arm at every seed; return the JSON document ``--json`` prints (docs/demo.md)."""
-    from wedgewatch.runner import main as runner_main
-    from wedgewatch.runner.export import render
+    from wedgewatch.analysis.export import render
+    from wedgewatch.runner import entry as runner_main
 
     skill = scenario_skill(opts.scenario)  # a bad --scenario fails before anything runs
     prepare_out_dir(opts.out_dir)

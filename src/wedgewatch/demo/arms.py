@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.config import Config, validate
-from wedgewatch.errors import BadInput
 
 # The proxy as a recorder only (``watchdog.record_only``): one ledger row per request (the model it
 # named, how long it waited), never a deadline or an engine-stop verdict. Arms that stand for a

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from wedgewatch.base.vocab import API_ERROR, CLIENT_ERROR, MODEL_OUTCOMES, OK, RESOLVED
 from wedgewatch.ledger.store import Ledger
 from wedgewatch.sim.swe_policy import behaviour
-from wedgewatch.vocab import API_ERROR, CLIENT_ERROR, MODEL_OUTCOMES, OK, RESOLVED
 
 ANSWERED = (OK, CLIENT_ERROR)
 """Request outcomes that are an answer: anything else is a request that waited in vain."""

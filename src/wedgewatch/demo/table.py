@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from wedgewatch.demo.cells import KEYS
-from wedgewatch.runner.run import SCALED_FLOOR
+from wedgewatch.runner.execution import SCALED_FLOOR
 
 
 def aggregate(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:

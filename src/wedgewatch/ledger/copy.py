@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from wedgewatch.errors import BadInput, LedgerConflict
+from wedgewatch.base.errors import BadInput, LedgerConflict
 from wedgewatch.ledger.store import Ledger
 
 LEDGER_TABLES = ("meta", "schema_migrations")

@@ -3,9 +3,7 @@ shows comes from here (or the views behind it), never from state held in memory.
 
 from __future__ import annotations
 
-from typing import Any
-
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
 from wedgewatch.ledger.store import Ledger, Row
 
 
@@ -161,7 +159,3 @@ def events_by_kind(ledger: Ledger, run_id: str) -> dict[str, int]:
         (run_id, run_id),
     )
     return {r[0]: int(r[1]) for r in rows}
-
-
-def row_dict(row: Row | None) -> dict[str, Any]:
-    return dict(row) if row is not None else {}

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from wedgewatch.errors import BadInput, LedgerConflict
+from wedgewatch.base.errors import BadInput, LedgerConflict
 from wedgewatch.ledger.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, VIEWS
 from wedgewatch.ledger.store import Ledger, Row, check_columns, check_read_only, encode, insert_sql
 

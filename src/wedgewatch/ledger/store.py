@@ -11,14 +11,13 @@ one place (``ledger/pg/sql.py``), and rows read by name and by index on both.
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from wedgewatch import redact
+from wedgewatch.base import redact, registry
 from wedgewatch.ledger.target import backend_of
 
 
@@ -52,8 +51,7 @@ def encode(value: Any) -> Any:
 
 
 def _backend(target: str) -> type[Ledger]:
-    module, _, name = BACKENDS[backend_of(target)].partition(":")
-    cls: type[Ledger] = getattr(importlib.import_module(module), name)
+    cls: type[Ledger] = registry.load(BACKENDS, backend_of(target), "ledger", "backend")
     return cls
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wedgewatch import redact
-from wedgewatch.errors import BadInput
+from wedgewatch.base import redact
+from wedgewatch.base.errors import BadInput
 
 PG_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 

@@ -2,8 +2,8 @@
 with an error it will not retry. See docs/proxy.md."""
 
 from wedgewatch.proxy.app import GENERATIONS, Proxy
+from wedgewatch.proxy.deadlines import Stall, Watch
 from wedgewatch.proxy.upstream import StaticUpstream
-from wedgewatch.proxy.watch import Stall, Watch
 
 __all__ = [
     "GENERATIONS",

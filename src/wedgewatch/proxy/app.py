@@ -20,24 +20,24 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from wedgewatch.clock import SYSTEM, Clock
+from wedgewatch.base.clock import SYSTEM, Clock
+from wedgewatch.base.events import EventBus
+from wedgewatch.base.protocols import Router, Upstream
 from wedgewatch.config import WatchdogConfig
-from wedgewatch.events import EventBus
-from wedgewatch.heartbeat import Feed
 from wedgewatch.ledger import Ledger
-from wedgewatch.protocols import Router, Upstream
 from wedgewatch.proxy.arrival import Arrival, wait_for_life
-from wedgewatch.proxy.assemble import Kind
 from wedgewatch.proxy.body import runs_detached
-from wedgewatch.proxy.context import Context
-from wedgewatch.proxy.engine import EngineWatch
+from wedgewatch.proxy.deadlines import engine_deadlines
+from wedgewatch.proxy.dialects.assemble import Kind
+from wedgewatch.proxy.engine_time import EngineWatch
 from wedgewatch.proxy.exchange import Exchange
 from wedgewatch.proxy.http import error_object, error_response
 from wedgewatch.proxy.metrics import ProxyMetrics
 from wedgewatch.proxy.passthrough import passthrough
 from wedgewatch.proxy.records import RecordSink
+from wedgewatch.proxy.shared import Shared
 from wedgewatch.proxy.upstream import StaticUpstream
-from wedgewatch.proxy.watch import engine_deadlines
+from wedgewatch.wire.heartbeat import Feed
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class Proxy:
         self._bus = bus or EventBus()
         self._clock = clock
         self._sink = RecordSink(ledger, None if ledger is not None else records_path)
-        self._ctx: Context | None = None
+        self._ctx: Shared | None = None
         self._runner: web.AppRunner | None = None
         self._inflight: dict[str, Exchange] = {}  # generation requests by request id
         self._url: str | None = None
@@ -120,9 +120,7 @@ class Proxy:
             cookie_jar=aiohttp.DummyCookieJar(),
         )
         metrics = ProxyMetrics(lambda: float(self.in_flight()))
-        self._ctx = Context(
-            session, self.upstream, self.watchdog, self._clock, self._bus, self._sink, metrics
-        )
+        self._ctx = Shared(session, self.upstream, self.watchdog, self._clock, self._bus, self._sink, metrics)
         if self.feed is not None:
             self._ctx.engine = engine_deadlines(self.watchdog, self.feed.heartbeat)
             self._engine = EngineWatch(self._inflight, self._clock, self.feed, self._ctx.engine)

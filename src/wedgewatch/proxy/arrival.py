@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from wedgewatch import fingerprint
-from wedgewatch.protocols import Replaceable, Upstream
+from wedgewatch.base.protocols import Replaceable, Upstream
+from wedgewatch.wire import fingerprint
 
 
 @dataclass(slots=True)

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from wedgewatch.events import RequestEnded, RequestOk, Stalled, UpstreamFailed
-from wedgewatch.protocols import LifeInfo
+from wedgewatch.base.events import RequestEnded, RequestOk, Stalled, UpstreamFailed
+from wedgewatch.base.protocols import LifeInfo
+from wedgewatch.base.vocab import OK, is_infra_outcome
+from wedgewatch.proxy.deadlines import Stall, Watch
 from wedgewatch.proxy.records import request_row
-from wedgewatch.proxy.watch import Stall, Watch
-from wedgewatch.vocab import OK, is_infra_outcome
 
 # The exchange's logger: a request's line reads as the proxy's, as it always has.
 log = logging.getLogger("wedgewatch.proxy.exchange")

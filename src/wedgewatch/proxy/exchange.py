@@ -19,21 +19,21 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from wedgewatch.clock import Timer
-from wedgewatch.protocols import Upstream
+from wedgewatch.base.clock import Timer
+from wedgewatch.base.protocols import Upstream
+from wedgewatch.base.vocab import CLIENT_DISCONNECT, CLIENT_ERROR, CONNECTION, OK, upstream_http
 from wedgewatch.proxy.arrival import Arrival
-from wedgewatch.proxy.assemble import Kind
 from wedgewatch.proxy.body import Refused, rewrite
-from wedgewatch.proxy.context import Context
+from wedgewatch.proxy.deadlines import Stall, Watch
+from wedgewatch.proxy.dialects import make_relay
+from wedgewatch.proxy.dialects.assemble import Kind
+from wedgewatch.proxy.dialects.chat import StreamRelay, decode
+from wedgewatch.proxy.dialects.chat_bytes import error_outcome
 from wedgewatch.proxy.ending import Ending
 from wedgewatch.proxy.http import REQUEST_ID_HEADER, error_object, error_response, forward_headers
-from wedgewatch.proxy.progress import error_outcome
-from wedgewatch.proxy.relay import StreamRelay, decode
-from wedgewatch.proxy.relays import make_relay
+from wedgewatch.proxy.shared import Shared
 from wedgewatch.proxy.upstream import post
-from wedgewatch.proxy.watch import Stall, Watch
-from wedgewatch.sse import SSEParser
-from wedgewatch.vocab import CLIENT_DISCONNECT, CLIENT_ERROR, CONNECTION, OK, upstream_http
+from wedgewatch.wire.sse import SSEParser
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def _snippet(data: bytes, limit: int = 300) -> str:
 
 class Exchange:
     def __init__(
-        self, ctx: Context, request: web.Request, kind: Kind, path: str, arrival: Arrival, upstream: Upstream
+        self, ctx: Shared, request: web.Request, kind: Kind, path: str, arrival: Arrival, upstream: Upstream
     ) -> None:
         self.ctx = ctx
         self.request = request

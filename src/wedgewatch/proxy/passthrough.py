@@ -14,18 +14,16 @@ import logging
 import aiohttp
 from aiohttp import web
 
-from wedgewatch.protocols import Upstream
-from wedgewatch.proxy.context import Context
+from wedgewatch.base.protocols import Upstream
 from wedgewatch.proxy.http import error_object, error_response, forward_headers
+from wedgewatch.proxy.shared import Shared
 
 log = logging.getLogger(__name__)
 
 _READS = frozenset({"GET", "HEAD"})
 
 
-async def passthrough(
-    ctx: Context, request: web.Request, path: str, upstream: Upstream
-) -> web.StreamResponse:
+async def passthrough(ctx: Shared, request: web.Request, path: str, upstream: Upstream) -> web.StreamResponse:
     url = upstream.base_url.rstrip("/") + path
     if request.query_string:
         url += "?" + request.query_string

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.base.protocols import LifeInfo
 from wedgewatch.ledger import Ledger
-from wedgewatch.protocols import LifeInfo
-from wedgewatch.proxy.watch import Watch
+from wedgewatch.proxy.deadlines import Watch
 
 log = logging.getLogger(__name__)
 

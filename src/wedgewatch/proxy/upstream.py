@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import aiohttp
 
-from wedgewatch.protocols import LifeInfo
+from wedgewatch.base.protocols import LifeInfo
 
 log = logging.getLogger(__name__)
 

@@ -11,14 +11,9 @@ import logging
 import time
 from typing import Any
 
-from wedgewatch.config import Config
-from wedgewatch.errors import ExecutorError, LedgerConflict, WorkerLost, describe
-from wedgewatch.ledger import queries
-from wedgewatch.protocols import LifeInfo
-from wedgewatch.runner.context import AgentEnding, AttemptJob, InFlight, Instance, RunContext, Span
-from wedgewatch.runner.executors.local import LocalExecutor
-from wedgewatch.runner.retry import decide
-from wedgewatch.vocab import (
+from wedgewatch.base.errors import ExecutorError, LedgerConflict, WorkerLost, describe
+from wedgewatch.base.protocols import LifeInfo
+from wedgewatch.base.vocab import (
     API_ERROR,
     ATTEMPT_TIMEOUT,
     HARNESS_ERROR,
@@ -28,6 +23,13 @@ from wedgewatch.vocab import (
     SERVER_RESTARTED,
     WORKER_LOST,
 )
+from wedgewatch.config import Config
+from wedgewatch.ledger import queries
+from wedgewatch.runner.executors import AgentEnding, AttemptJob
+from wedgewatch.runner.executors.local import LocalExecutor
+from wedgewatch.runner.retry import decide
+from wedgewatch.runner.state import InFlight, Instance, RunContext
+from wedgewatch.runner.timings import Span
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from wedgewatch.errors import LedgerConflict, RunnerLost
+from wedgewatch.base.errors import LedgerConflict, RunnerLost
 from wedgewatch.runner import lease
-from wedgewatch.runner.context import RunContext
+from wedgewatch.runner.state import RunContext
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,10 @@ import shlex
 import time
 from typing import Any
 
-from wedgewatch.errors import EvaluationError
-from wedgewatch.protocols import Sandbox
-from wedgewatch.runner.context import Instance, RunContext, run_in_thread
+from wedgewatch.base.errors import EvaluationError
+from wedgewatch.base.protocols import Sandbox
+from wedgewatch.runner.state import Instance, RunContext
+from wedgewatch.runner.threads import run_in_thread
 from wedgewatch.runner.verdict import Verdict
 from wedgewatch.suites.testrun import heredoc, node_ids, parse_verdicts, pytest_command
 

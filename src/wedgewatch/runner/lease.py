@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch import __version__
+from wedgewatch.base.errors import LedgerConflict
+from wedgewatch.base.events import Event, ServerStarting
+from wedgewatch.base.vocab import INTERRUPTED, RUNNER_LOST
 from wedgewatch.config import RunConfig
-from wedgewatch.errors import LedgerConflict
-from wedgewatch.events import Event, ServerStarting
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger, Row
 from wedgewatch.runner import orphans
-from wedgewatch.vocab import INTERRUPTED, RUNNER_LOST
 
 log = logging.getLogger(__name__)
 

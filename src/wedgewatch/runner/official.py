@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wedgewatch.errors import EvaluationError
-from wedgewatch.protocols import Sandbox
+from wedgewatch.base.errors import EvaluationError
+from wedgewatch.base.protocols import Sandbox
 from wedgewatch.runner.verdict import Verdict
 from wedgewatch.suites.testrun import heredoc
 

@@ -10,7 +10,7 @@ import signal
 import time
 from pathlib import Path
 
-from wedgewatch.errors import LedgerConflict
+from wedgewatch.base.errors import LedgerConflict
 from wedgewatch.ledger.store import Ledger, Row
 
 ORPHANED = "orphaned"  # alive, stopped from here

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from wedgewatch.runner.context import RunContext
+from wedgewatch.runner.state import RunContext
 
 REFRESH = 0.5  # seconds between redraws: fast enough to watch, cheap at 64 attempts at a time
 

@@ -16,11 +16,11 @@ import os
 import time
 from typing import Any
 
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
+from wedgewatch.base.vocab import FOUND_ON_RESUME, INTERRUPTED
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 from wedgewatch.runner import lease, orphans
-from wedgewatch.vocab import FOUND_ON_RESUME, INTERRUPTED
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The retry policy: which attempt statuses are retried, and how an attempt's status is decided.
 
 The decision of *what* to run next is the ledger view ``instance_next``; the statuses are named
-in ``wedgewatch.vocab`` (the view's SQL uses the same sets, and a test holds the two together);
+in ``wedgewatch.base.vocab`` (the view's SQL uses the same sets, and a test holds the two together);
 this module turns an agent's ending plus the proxy's records into one (status, reason).
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from wedgewatch.errors import status_of
-from wedgewatch.protocols import AgentResult
-from wedgewatch.vocab import API_ERROR, HARNESS_ERROR, MODEL_SIDE
+from wedgewatch.base.errors import status_of
+from wedgewatch.base.protocols import AgentResult
+from wedgewatch.base.vocab import API_ERROR, HARNESS_ERROR, MODEL_SIDE
 
 
 def decide(

@@ -4,14 +4,15 @@ podman). docs/sandboxes.md says what each isolates."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
-from wedgewatch.errors import BadInput
+from wedgewatch.base import registry
+from wedgewatch.base.protocols import Sandbox, SandboxFactory
+from wedgewatch.config import Config, SandboxConfig
 from wedgewatch.sandbox.local import LocalSandbox
 
-# name -> "module:attribute"; the class must offer
-# ``create(instance, root, *, repos_dir, keep, settings)`` (settings: the [sandbox] section).
+# name -> "module:attribute"; the class fits ``Backend``.
 REGISTRY: dict[str, str] = {
     "local": "wedgewatch.sandbox.local:LocalSandbox",
     "bwrap": "wedgewatch.sandbox.bwrap:BwrapSandbox",
@@ -23,13 +24,38 @@ NEEDS_REPOSITORY = frozenset({"local", "bwrap"})
 holds its repository)."""
 
 
-def get_sandbox(name: str) -> Any:
+class Backend(Protocol):
+    """What a registered sandbox class offers: a fresh sandbox of ``instance``'s repository at its
+    base commit under ``root``."""
+
+    def create(
+        self,
+        instance: dict[str, Any],
+        root: Path,
+        *,
+        repos_dir: Path | None = None,
+        keep: bool = False,
+        settings: SandboxConfig | None = None,
+    ) -> Sandbox: ...
+
+
+def get_sandbox(name: str) -> Backend:
     """The sandbox class registered as ``name`` (call its ``create``); BadInput if unknown."""
-    target = REGISTRY.get(name)
-    if target is None:
-        raise BadInput(f"sandbox.kind: unknown backend {name!r} (known: {', '.join(sorted(REGISTRY))})")
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    backend: Backend = registry.load(REGISTRY, name, "sandbox.kind", "backend")
+    return backend
 
 
-__all__ = ["NEEDS_REPOSITORY", "REGISTRY", "LocalSandbox", "get_sandbox"]
+def factory_for(cfg: Config) -> SandboxFactory:
+    """Sandboxes of the ``[sandbox] kind`` backend, as the run configures them."""
+    backend = get_sandbox(cfg.sandbox.kind)
+    repos_dir = Path(cfg.suite.repos_dir) if cfg.suite.repos_dir else None
+
+    def make(instance: dict[str, Any], root: Path) -> Sandbox:
+        return backend.create(
+            instance, root, repos_dir=repos_dir, keep=cfg.run.keep_sandboxes, settings=cfg.sandbox
+        )
+
+    return make
+
+
+__all__ = ["NEEDS_REPOSITORY", "REGISTRY", "Backend", "LocalSandbox", "factory_for", "get_sandbox"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping
 
-from wedgewatch.errors import SandboxError
+from wedgewatch.base.errors import SandboxError
 from wedgewatch.sandbox.disk import LoopDisk
 from wedgewatch.sandbox.limits import PidsCgroup, prlimit_argv, user_nproc
 from wedgewatch.sandbox.local import LocalSandbox

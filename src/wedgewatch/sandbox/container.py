@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.base.errors import SandboxError
 from wedgewatch.config import SandboxConfig
-from wedgewatch.errors import SandboxError
 from wedgewatch.sandbox.images import cli_env, cli_run, image_for, image_present, is_podman
 from wedgewatch.sandbox.local import LocalSandbox, _safe
 

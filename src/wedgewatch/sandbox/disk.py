@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from wedgewatch.errors import SandboxError
+from wedgewatch.base.errors import SandboxError
 
 log = logging.getLogger(__name__)
 

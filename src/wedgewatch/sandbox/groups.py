@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from wedgewatch.errors import SandboxError
+from wedgewatch.base.errors import SandboxError
 
 log = logging.getLogger(__name__)
 

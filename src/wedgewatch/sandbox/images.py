@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wedgewatch.errors import SandboxError
+from wedgewatch.base.errors import SandboxError
 from wedgewatch.sandbox import groups
 
 # The variables a container CLI needs to find its engine and its storage; nothing else of ours.

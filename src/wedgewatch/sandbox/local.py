@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.base.errors import SandboxError
+from wedgewatch.base.protocols import CommandResult
 from wedgewatch.config import SandboxConfig
-from wedgewatch.errors import SandboxError
-from wedgewatch.protocols import CommandResult
 from wedgewatch.sandbox import groups
 from wedgewatch.sandbox.output import read_bounded
 from wedgewatch.suites.bundled import is_bundled

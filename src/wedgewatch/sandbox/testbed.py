@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from wedgewatch.errors import SandboxError
+from wedgewatch.base.errors import SandboxError
 from wedgewatch.sandbox import groups
 from wedgewatch.sandbox.images import cli_run, docker_id, image_present
 from wedgewatch.suites.materialise import materialise

@@ -6,11 +6,10 @@ timing and fault model; a policy knows nothing of timing, faults or HTTP.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from wedgewatch.errors import BadInput
+from wedgewatch.base import registry
 
 
 @dataclass(slots=True)
@@ -49,10 +48,6 @@ REGISTRY: dict[str, str] = {
 
 def get_policy(name: str) -> Policy:
     """Instantiate the policy registered as ``name``; BadInput names the flag if it is unknown."""
-    target = REGISTRY.get(name)
-    if target is None:
-        raise BadInput(f"--policy: unknown policy {name!r} (known: {', '.join(sorted(REGISTRY))})")
-    module, _, attr = target.partition(":")
-    cls = getattr(importlib.import_module(module), attr)
+    cls = registry.load(REGISTRY, name, "--policy", "policy")
     policy: Policy = cls()
     return policy

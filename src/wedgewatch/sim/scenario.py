@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from wedgewatch.errors import ScenarioError
+from wedgewatch.base.errors import ScenarioError
 
 Action = Literal[
     "stall_ttft", "stall_after", "trickle", "http_error", "drop", "crash", "wedge", "wedge_in_prefill"

@@ -12,7 +12,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from wedgewatch import __version__
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
 from wedgewatch.sim.chunks import plan_reply
 from wedgewatch.sim.engine import Engine, SimOptions
 from wedgewatch.sim.faults import RequestKey

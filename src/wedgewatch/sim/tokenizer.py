@@ -45,11 +45,3 @@ def message_tokens(m: dict[str, Any]) -> int:
     for call in m.get("tool_calls") or ():
         n += count(json.dumps(call, separators=(",", ":")))
     return n
-
-
-def count_chat_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
-    """Prompt tokens of a chat request, as a template would lay it out."""
-    n = REPLY_PRIMER + sum(message_tokens(m) for m in messages)
-    if tools:
-        n += count(json.dumps(tools, separators=(",", ":")))
-    return n

@@ -14,7 +14,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from wedgewatch.errors import SuiteError
+from wedgewatch.base.errors import SuiteError
 
 EXTRA_KEY = "wedgewatch"
 

@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from wedgewatch.errors import SandboxError
+from wedgewatch.base.errors import SandboxError
 
 # Keys a git process may inherit from our own environment; everything else is dropped.
 _KEEP = ("PATH", "LANG", "LC_ALL", "TZ")

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from wedgewatch.errors import SandboxError
+from wedgewatch.base.errors import SandboxError
 from wedgewatch.suites.bundled import bundled_repo_source
 from wedgewatch.suites.git import git_env, run_git
 

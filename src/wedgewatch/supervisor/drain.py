@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from wedgewatch.clock import Clock
+from wedgewatch.base.clock import Clock
 from wedgewatch.config import ServerConfig
 from wedgewatch.supervisor.life import Life, Recorder
 

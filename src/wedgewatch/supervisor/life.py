@@ -13,13 +13,13 @@ from typing import Any
 
 import aiohttp
 
-from wedgewatch import redact
-from wedgewatch.heartbeat import Reading
+from wedgewatch.base import redact
+from wedgewatch.base.protocols import LifeInfo, ServerProcess
 from wedgewatch.ledger import Ledger
-from wedgewatch.protocols import LifeInfo, ServerProcess
 from wedgewatch.supervisor import probes
+from wedgewatch.supervisor.detector import WedgeDetector, reduce
 from wedgewatch.supervisor.profiles import Series
-from wedgewatch.supervisor.watch import WedgeDetector, reduce
+from wedgewatch.wire.heartbeat import Reading
 
 log = logging.getLogger(__name__)
 

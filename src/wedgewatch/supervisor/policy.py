@@ -5,8 +5,8 @@ Pure bookkeeping over counts (no I/O), so each rule is unit-tested on its own.
 
 from __future__ import annotations
 
+from wedgewatch.base.errors import ServerStartError, WarmupError
 from wedgewatch.config import ServerConfig
-from wedgewatch.errors import ServerStartError, WarmupError
 
 BACKOFF_CAP = 60.0
 """Longest wait between two failed starts: doubling past a minute only delays the clear error."""

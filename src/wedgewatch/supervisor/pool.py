@@ -19,10 +19,10 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from wedgewatch.events import EventBus
-from wedgewatch.heartbeat import Feed
-from wedgewatch.protocols import LifeInfo, Upstream
+from wedgewatch.base.events import EventBus
+from wedgewatch.base.protocols import LifeInfo, Upstream
 from wedgewatch.supervisor.supervisor import Supervisor
+from wedgewatch.wire.heartbeat import Feed
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import aiohttp
 
-from wedgewatch import promtext
-from wedgewatch.sse import SSEParser
+from wedgewatch.wire import promtext
+from wedgewatch.wire.sse import SSEParser
 
 CANARY_PROMPT = "Hi"
 

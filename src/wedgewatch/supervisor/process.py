@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from wedgewatch.errors import ServerStartError
+from wedgewatch.base.errors import ServerStartError
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from wedgewatch.base.errors import ConfigError
 from wedgewatch.config import ServerConfig
-from wedgewatch.errors import ConfigError
 
 Argv = list[str]
 

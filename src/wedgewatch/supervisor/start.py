@@ -14,12 +14,13 @@ from typing import Any
 
 import aiohttp
 
-from wedgewatch import redact
+from wedgewatch.base import redact
+from wedgewatch.base.errors import PortBusyError, ServerStartError, WarmupError
+from wedgewatch.base.events import EventBus, ServerStarting
+from wedgewatch.base.protocols import ServerProcess
 from wedgewatch.config import ServerConfig
-from wedgewatch.errors import PortBusyError, ServerStartError, WarmupError
-from wedgewatch.events import EventBus, ServerStarting
-from wedgewatch.protocols import ServerProcess
 from wedgewatch.supervisor import probes, profiles
+from wedgewatch.supervisor.detector import WedgeDetector
 from wedgewatch.supervisor.life import Life, Recorder, new_life_id
 from wedgewatch.supervisor.process import (
     AdoptedServer,
@@ -31,7 +32,6 @@ from wedgewatch.supervisor.process import (
     log_tail,
     port_busy,
 )
-from wedgewatch.supervisor.watch import WedgeDetector
 
 log = logging.getLogger(__name__)
 

@@ -15,14 +15,13 @@ from typing import Any
 
 import aiohttp
 
-from wedgewatch import redact
-from wedgewatch.clock import SYSTEM, Clock
+from wedgewatch.base import redact
+from wedgewatch.base.clock import SYSTEM, Clock
+from wedgewatch.base.errors import PortBusyError, ServerDown, ServerError, ServerStartError, WarmupError
+from wedgewatch.base.events import Crashed, Event, EventBus, Restarting, ServerReady, Wedged
+from wedgewatch.base.protocols import LifeInfo
 from wedgewatch.config import ServerConfig
-from wedgewatch.errors import PortBusyError, ServerDown, ServerError, ServerStartError, WarmupError
-from wedgewatch.events import Crashed, Event, EventBus, Restarting, ServerReady, Wedged
-from wedgewatch.heartbeat import Feed
 from wedgewatch.ledger import Ledger
-from wedgewatch.protocols import LifeInfo
 from wedgewatch.supervisor import profiles
 from wedgewatch.supervisor.drain import drain
 from wedgewatch.supervisor.life import Life, Recorder, api_key
@@ -30,7 +29,8 @@ from wedgewatch.supervisor.policy import RestartPolicy
 from wedgewatch.supervisor.process import UNKNOWN_EXIT, HookServer, log_tail
 from wedgewatch.supervisor.start import Starter
 from wedgewatch.supervisor.tasks import Background, call_in_loop
-from wedgewatch.supervisor.watching import PROBE_SLACK, Reports, Watcher
+from wedgewatch.supervisor.watcher import PROBE_SLACK, Reports, Watcher
+from wedgewatch.wire.heartbeat import Feed
 
 log = logging.getLogger(__name__)
 

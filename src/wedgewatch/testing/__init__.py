@@ -1,7 +1,7 @@
 """A testing kit that ships with the package, as mini-swe-agent ships its DeterministicModel and
 trio its MockClock: the helpers wedgewatch's own tests use, for anyone testing code around it.
 
-- ``ManualClock``: a ``wedgewatch.clock.Clock`` that moves only when told (``await advance(s)``).
+- ``ManualClock``: a ``wedgewatch.base.clock.Clock`` that moves only when told (``await advance(s)``).
 - ``eventually`` / ``eventually_async``: the one poll loop, with a timeout and a message.
 - ``ChangingLives``, ``FixedLife``: stand-ins for the supervisor where only the life is read.
 - ``ScriptedUpstream``: an aiohttp server answering by the last user message (hang, drop, cut,

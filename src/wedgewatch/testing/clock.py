@@ -20,7 +20,7 @@ class _Timer:
 
 
 class ManualClock:
-    """A ``wedgewatch.clock.Clock`` for tests: ``clock()`` is whatever the test set, and timers and
+    """A ``wedgewatch.base.clock.Clock`` for tests: ``clock()`` is whatever the test set, and timers and
     sleepers fire, in order, as ``advance`` passes their time. Give it to ``Proxy(clock=...)`` or
     ``Supervisor(clock=...)`` and a 60 s deadline costs no real second."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wedgewatch.protocols import LifeInfo
+from wedgewatch.base.protocols import LifeInfo
 
 
 class ChangingLives:

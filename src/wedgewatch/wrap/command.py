@@ -23,7 +23,7 @@ import os
 import signal
 from collections.abc import Mapping, Sequence
 
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
 from wedgewatch.supervisor.process import group_alive
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 it, and one harness run in the ledger from the command's start to its exit code.
 
 Order: the stack is up (ready, warmed) before the harness starts; the harness's whole process
-group has ended before the stack stops; the end row is written last. Ctrl-C or SIGTERM to wrap
+group has ended before the stack stops; the end row is written last. Ctrl-C, SIGTERM or SIGHUP to wrap
 is passed to the harness as SIGINT (its own Ctrl-C handling runs), then SIGTERM and SIGKILL
 after ``grace`` seconds each.
 """
@@ -10,25 +10,25 @@ after ``grace`` seconds each.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
-import signal
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from wedgewatch import __version__, redact
+from wedgewatch import __version__
+from wedgewatch.base import redact
 from wedgewatch.config import Config
 from wedgewatch.ledger import Ledger
-from wedgewatch.stack import Stack
+from wedgewatch.stack import session
+from wedgewatch.stack.servers import Stack
 from wedgewatch.wrap import command
 
 log = logging.getLogger(__name__)
 
-INTERRUPTED = 130
+INTERRUPTED = session.INTERRUPTED
 
 
 @dataclass
@@ -77,53 +77,40 @@ def _record_end(ledger: Ledger, opts: WrapOptions, code: int | None, reason: str
 
 async def wrap(cfg: Config, ledger: Ledger, opts: WrapOptions) -> int:
     """Run the harness under the stack; return its exit code (130 when interrupted first)."""
-    loop = asyncio.get_running_loop()
-    interrupted = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, interrupted.set)
-    stop_wait = asyncio.ensure_future(interrupted.wait())
     stack = Stack(cfg.members(), cfg.watchdog, ledger=ledger, run_id=opts.harness_run_id)
     proc: asyncio.subprocess.Process | None = None
     started_row = False
     code: int | None = None
     reason = "interrupted"
-    try:
-        starting = asyncio.ensure_future(stack.start(opts.host, opts.port))
-        await asyncio.wait({starting, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-        if not starting.done():
-            starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await starting
-            return INTERRUPTED
-        url = starting.result()  # a server that could not start raises its ServerError here
-        base_url = (f"{url}/a/{opts.tag}" if opts.tag else url) + "/v1"
-        argv = command.substitute(opts.argv, base_url, opts.rerun)
-        env = command.environment(url, os.environ, opts.env_prefixes, opts.tag)
-        _record_start(ledger, cfg, opts, argv, base_url)
-        started_row = True
-        # stderr, so a harness's own stdout (its results, if it prints them) stays its own.
-        print(f"wedgewatch wrap: harness run {opts.harness_run_id}, base URL {base_url}", file=sys.stderr)
+    async with session.stopping() as stop:
         try:
-            # Its own session: a terminal's Ctrl-C reaches wrap alone, which passes it on, and
-            # the whole group can be ended at once.
-            proc = await asyncio.create_subprocess_exec(*argv, env=env, start_new_session=True)
-        except OSError as exc:
-            code, reason = 127, f"not started: {exc.strerror or exc}"
-            return code
-        done = asyncio.ensure_future(proc.wait())
-        await asyncio.wait({done, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-        if done.done():
-            code, reason = command.exit_code(done.result()), "exited"
-        await command.end_group(proc, opts.grace)  # stragglers after an exit, or the whole group
-        if code is None:
-            code = command.exit_code(proc.returncode) if proc.returncode is not None else None
-        return INTERRUPTED if reason == "interrupted" else (code if code is not None else 1)
-    finally:
-        stop_wait.cancel()
-        if proc is not None and proc.returncode is None:
-            await asyncio.shield(command.end_group(proc, opts.grace))
-        await stack.stop()
-        if started_row:
-            _record_end(ledger, opts, code, reason)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+            url = await stop.first(stack.start(opts.host, opts.port))  # a failed start raises here
+            if url is None:
+                return INTERRUPTED
+            base_url = (f"{url}/a/{opts.tag}" if opts.tag else url) + "/v1"
+            argv = command.substitute(opts.argv, base_url, opts.rerun)
+            env = command.environment(url, os.environ, opts.env_prefixes, opts.tag)
+            _record_start(ledger, cfg, opts, argv, base_url)
+            started_row = True
+            # stderr, so a harness's own stdout (its results, if it prints them) stays its own.
+            print(f"wedgewatch wrap: harness run {opts.harness_run_id}, base URL {base_url}", file=sys.stderr)
+            try:
+                # Its own session: a terminal's Ctrl-C reaches wrap alone, which passes it on, and
+                # the whole group can be ended at once.
+                proc = await asyncio.create_subprocess_exec(*argv, env=env, start_new_session=True)
+            except OSError as exc:
+                code, reason = 127, f"not started: {exc.strerror or exc}"
+                return code
+            status = await stop.first(proc.wait())
+            if status is not None:
+                code, reason = command.exit_code(status), "exited"
+            await command.end_group(proc, opts.grace)  # stragglers after an exit, or the whole group
+            if code is None:
+                code = command.exit_code(proc.returncode) if proc.returncode is not None else None
+            return INTERRUPTED if reason == "interrupted" else (code if code is not None else 1)
+        finally:
+            if proc is not None and proc.returncode is None:
+                await asyncio.shield(command.end_group(proc, opts.grace))
+            await stack.stop()
+            if started_row:
+                _record_end(ledger, opts, code, reason)

@@ -18,7 +18,7 @@ from wedgewatch.analysis.audit.join import (
 from wedgewatch.analysis.audit.results import SUBMITTED, read_results
 from wedgewatch.analysis.audit.signatures import Signatures, suite_statements
 from wedgewatch.analysis.stats import rate
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
 from wedgewatch.ledger import Ledger
 
 RERUN_FORMATS = ("miniswe", "swebench", "inspect", "ids")

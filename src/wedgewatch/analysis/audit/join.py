@@ -19,9 +19,9 @@ from typing import Any
 from wedgewatch.analysis.audit.attribute import AMBIGUOUS, NONE, attribute
 from wedgewatch.analysis.audit.results import HarnessFile, verdict
 from wedgewatch.analysis.audit.signatures import Signatures
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
+from wedgewatch.base.vocab import STALL_KINDS, is_infra_outcome
 from wedgewatch.ledger import Ledger
-from wedgewatch.vocab import STALL_KINDS, is_infra_outcome
 
 INFRA_FAILED = "infra_failed"
 

@@ -1,5 +1,5 @@
 """What each instance's requests must contain: content hashes from the suite's problem statements
-and from the harness's own trajectories, hashed by ``wedgewatch.fingerprint`` exactly as the proxy
+and from the harness's own trajectories, hashed by ``wedgewatch.wire.fingerprint`` exactly as the proxy
 hashed each request. Only *distinctive* hashes attribute: those found in one instance's
 signature and no other's, so boilerplate every prompt shares (system prompt, instructions, the
 same tool output in a shared directory) never decides anything.
@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from wedgewatch import fingerprint
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
+from wedgewatch.wire import fingerprint
 
 
 def suite_statements(path: Path) -> dict[str, str]:

@@ -14,9 +14,9 @@ from wedgewatch.analysis.plan.factors import USED_SERVER_AGE, Factor
 from wedgewatch.analysis.plan.power import cell_size
 from wedgewatch.analysis.plan.tomlout import dumps
 from wedgewatch.analysis.text import table
+from wedgewatch.base.errors import BadInput
+from wedgewatch.base.redact import stored_url
 from wedgewatch.config import Config, load_config, validate
-from wedgewatch.errors import BadInput
-from wedgewatch.redact import stored_url
 
 # Without --base: the simulator playing the story's model and server (seed-used-server: the
 # hypothesis that age and cold start matter more than the two flags), 100x faster than real.

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
 
 LETTERS = "ABCDEFGHJK"  # I is left out, as in the design tables (it reads as the identity)
 # Generators of the minimum-run resolution IV (or better) fractions, as words over the base

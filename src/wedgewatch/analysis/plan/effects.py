@@ -26,10 +26,10 @@ from typing import Any
 from wedgewatch.analysis import stats
 from wedgewatch.analysis.plan.factors import KNOWN, Factor
 from wedgewatch.analysis.text import points, table
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
+from wedgewatch.base.vocab import API_ERROR, MODEL_SIDE
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.vocab import API_ERROR, MODEL_SIDE
 
 _PART_OF_FLAGS = ("prefix_caching", "eager")  # read from the hybrid-safe set: no news when flags varies
 Z95 = 1.959963984540054

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from wedgewatch.base.errors import BadInput
 from wedgewatch.config import server_of
-from wedgewatch.errors import BadInput
 
 # A server that "already served another workload", for the simulator: requests before the run
 # (the demo's used arm uses the same figure; past the seed scenario's age ramp).

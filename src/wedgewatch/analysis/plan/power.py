@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
 
 
 def cell_size(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.analysis.scan.records import Facts, FileData, Sample
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
 
 CORRECT = ("C", 1, 1.0, True)
 

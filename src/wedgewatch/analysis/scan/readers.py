@@ -18,7 +18,7 @@ from typing import Any
 
 from wedgewatch.analysis.scan import harness_formats, inspect_log
 from wedgewatch.analysis.scan.records import Facts, FileData, Sample
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
 
 __all__ = ["Facts", "FileData", "Sample", "expand", "read"]
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from wedgewatch.errors import BadInput, LedgerConflict
+from wedgewatch.base.errors import BadInput, LedgerConflict
 from wedgewatch.ledger.pg.migrations import HEAD
 from wedgewatch.ledger.pg.sql import PgRow, adapt, port_views
 from wedgewatch.ledger.schema import SCHEMA_VERSION, VIEWS

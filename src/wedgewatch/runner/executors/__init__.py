@@ -5,11 +5,33 @@ stay in the driver whatever the executor (docs/scale-out.md, "Attempts on Ray").
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+from typing import Protocol
 
+from wedgewatch.base import registry
+from wedgewatch.base.errors import BadInput
 from wedgewatch.config import Config
-from wedgewatch.errors import BadInput
-from wedgewatch.runner.context import Executor
+from wedgewatch.runner.executors.job import AgentEnding, AttemptJob
+
+
+class Executor(Protocol):
+    """Where attempts run (`local` threads, `ray` tasks), picked by
+    ``run.executor``."""
+
+    async def start(self) -> None:
+        """Be ready to take attempts (Ray: start or join the cluster)."""
+
+    def submit(self, job: AttemptJob) -> asyncio.Future[AgentEnding]:
+        """Start the attempt's work; the future gets its AgentEnding, or ``WorkerLost`` when the
+        process running it died. Whoever resolves the future first wins: a restart may end an
+        attempt before its worker returns, and a future done early (or cancelled) abandons the
+        work (Ray: cancels its task)."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop whatever still runs and release what ``start`` took; leaves no process behind."""
+
 
 REGISTRY: dict[str, str] = {
     "local": "wedgewatch.runner.executors.local:LocalExecutor",
@@ -46,10 +68,9 @@ def proxy_host(cfg: Config) -> str:
 def get_executor(cfg: Config) -> Executor:
     """The executor ``run.executor`` names, configured from ``cfg``, not yet started."""
     check(cfg)
-    module, _, attr = REGISTRY[cfg.run.executor].partition(":")
-    cls = getattr(importlib.import_module(module), attr)
+    cls = registry.load(REGISTRY, cfg.run.executor, "run.executor", "executor")
     executor: Executor = cls(cfg)
     return executor
 
 
-__all__ = ["REGISTRY", "check", "get_executor", "proxy_host"]
+__all__ = ["REGISTRY", "AgentEnding", "AttemptJob", "Executor", "check", "get_executor", "proxy_host"]

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 
 from wedgewatch.config import Config
-from wedgewatch.runner.context import AgentEnding, AttemptJob, run_in_thread
+from wedgewatch.runner.executors import AgentEnding, AttemptJob
 from wedgewatch.runner.executors.work import work
+from wedgewatch.runner.threads import run_in_thread
 
 
 class LocalExecutor:
@@ -26,4 +27,4 @@ class LocalExecutor:
 
     async def stop(self) -> None:
         """Nothing to release: abandoned threads are daemons, their commands die with the run's
-        process-group list (runner/run.py closes it)."""
+        process-group list (runner/execution.py closes it)."""

@@ -25,9 +25,9 @@ import signal
 import threading
 from typing import Any
 
+from wedgewatch.base.errors import CarriedError, ExecutorError, WorkerLost
 from wedgewatch.config import Config
-from wedgewatch.errors import CarriedError, ExecutorError, WorkerLost
-from wedgewatch.runner.context import AgentEnding, AttemptJob
+from wedgewatch.runner.executors import AgentEnding, AttemptJob
 from wedgewatch.runner.executors.ontask import run_attempt_task
 from wedgewatch.runner.executors.raycluster import MIB, Cluster
 

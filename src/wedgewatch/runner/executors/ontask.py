@@ -22,8 +22,8 @@ import signal
 import socket
 import threading
 
-from wedgewatch.errors import CarriedError
-from wedgewatch.runner.context import AgentEnding, AttemptJob
+from wedgewatch.base.errors import CarriedError
+from wedgewatch.runner.executors import AgentEnding, AttemptJob
 from wedgewatch.runner.executors.work import work
 from wedgewatch.sandbox import groups
 from wedgewatch.sandbox.reaper import Reaper

@@ -16,8 +16,8 @@ import os
 import socket
 from typing import Any
 
-from wedgewatch.errors import ExecutorError
-from wedgewatch.ray_config import RayConfig
+from wedgewatch.base.errors import ExecutorError
+from wedgewatch.config.ray import RayConfig
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import time
 
-from wedgewatch.protocols import AgentTask, Sandbox
-from wedgewatch.runner.context import AgentEnding, AttemptJob
+from wedgewatch.base.protocols import AgentTask, Sandbox
+from wedgewatch.runner.executors import AgentEnding, AttemptJob
 
 log = logging.getLogger(__name__)
 

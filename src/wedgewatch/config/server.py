@@ -1,18 +1,13 @@
 """A server's settings: how to start it, watch it and restart it. ``[server]`` is one; each
-``[[servers]]`` member of a pool is one more (config.py holds the rest of the settings)."""
+``[[servers]]`` member of a pool is one more (the rest of the settings are the config package's other modules)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class Section(BaseModel):
-    """Every settings section: unknown fields are errors, and each field's docstring is its
-    description (config.py's sections derive from this too)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
+from wedgewatch.config.section import Section
 
 
 class WarmupConfig(Section):

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.base.errors import SuiteError
 from wedgewatch.config import SuiteConfig
-from wedgewatch.errors import SuiteError
 
 log = logging.getLogger(__name__)
 

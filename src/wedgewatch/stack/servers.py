@@ -19,8 +19,8 @@ import asyncio
 from collections.abc import Sequence
 from types import TracebackType
 
+from wedgewatch.base.events import EventBus
 from wedgewatch.config import ServerConfig, WatchdogConfig
-from wedgewatch.events import EventBus
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor import Supervisor

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from wedgewatch import promtext
-from wedgewatch.heartbeat import Reading
 from wedgewatch.supervisor.profiles import Series
+from wedgewatch.wire import promtext
+from wedgewatch.wire.heartbeat import Reading
 
 _EVIDENCE_SAMPLES = 60
 """Readings kept as evidence of a wedge (the flat stretch, the latest ones)."""
@@ -62,10 +62,6 @@ class WedgeDetector:
     def moving(self) -> bool:
         """Whether the last reading showed the engine moving (True before any reading)."""
         return self._moving
-
-    def flat_for(self, now: float) -> float:
-        """Seconds the counters have been flat with work running (0 when not)."""
-        return 0.0 if self._since is None else max(0.0, now - self._since)
 
     def _work(self, r: Reading) -> bool:
         return r.has_work() if self.heartbeat else (r.running or 0) > 0

@@ -14,10 +14,10 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+from wedgewatch.base.vocab import MODEL_OUTCOMES
 from wedgewatch.config import server_of
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-from wedgewatch.vocab import MODEL_OUTCOMES
 
 FORMATS = ("swebench", "results", "csv")
 CSV_FIELDS = (

@@ -7,16 +7,19 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from wedgewatch.clock import Clock
+from wedgewatch.base.clock import Clock
+from wedgewatch.base.events import EventBus
+from wedgewatch.base.protocols import Upstream
 from wedgewatch.config import WatchdogConfig
-from wedgewatch.events import EventBus
-from wedgewatch.protocols import Upstream
 from wedgewatch.proxy.metrics import ProxyMetrics
 from wedgewatch.proxy.records import RecordSink
 
 
 @dataclass
-class Context:
+class Shared:
+    """The session, upstream, settings, clock, bus, record sink and metrics of one proxy, handed
+    to each request it handles."""
+
     session: aiohttp.ClientSession
     upstream: Upstream
     cfg: WatchdogConfig
@@ -24,7 +27,7 @@ class Context:
     bus: EventBus
     sink: RecordSink
     metrics: ProxyMetrics
-    engine: bool = False  # deadlines count engine time (a heartbeat reaches us; proxy/watch.py)
+    engine: bool = False  # deadlines count engine time (a heartbeat reaches us; proxy/deadlines.py)
     # Request ids: 64 random bits from a generator of our own, seeded from the OS once (not one
     # urandom call per request), and immune to anyone seeding the global ``random``.
     ids: random.Random = field(default_factory=random.Random)

@@ -146,3 +146,37 @@ class Agent(Protocol):
     infrastructure failures; returns an AgentResult for model-side endings."""
 
     def run(self, task: AgentTask) -> AgentResult: ...
+
+
+class ServerSide(Protocol):
+    """What the runner needs of its servers (``supervisor.pool.Pool``: one server is a pool of
+    one). The runner's seam to the supervisor."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def life_id(self) -> str | None: ...
+
+    def life(self, attempt_id: str | None = None) -> LifeInfo | None:
+        """The life serving ``attempt_id`` (or any ready one)."""
+
+    def bind(self, attempt_id: str) -> LifeInfo | None:
+        """Send a new attempt to a server; the life it will run on."""
+
+    async def wait_ready(self) -> None: ...
+
+    def note_attempt(self, api_error: bool, life_id: str | None = None) -> None: ...
+
+    def note_instance_done(self, attempt_id: str | None = None) -> None: ...
+
+    async def settle(self, life_id: str | None) -> None:
+        """Wait for the verdict (wedged or not) on a life an attempt just failed on."""
+
+
+class SandboxFactory(Protocol):
+    """Makes an attempt's fresh sandbox: the instance's repository at its base commit, in
+    ``directory``. ``sandbox.factory_for(cfg)`` gives the configured backend's; tests and the
+    benchmarks pass their own."""
+
+    def __call__(self, instance: dict[str, Any], directory: Path, /) -> Sandbox: ...

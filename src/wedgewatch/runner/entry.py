@@ -9,14 +9,14 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.base.errors import BadInput
+from wedgewatch.base.protocols import SandboxFactory
 from wedgewatch.config import Config
-from wedgewatch.errors import BadInput
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger, shares_runs
 from wedgewatch.ledger.target import describe
 from wedgewatch.runner import executors, lease, progress
-from wedgewatch.runner.context import RunContext, SandboxFactory
-from wedgewatch.runner.run import (
+from wedgewatch.runner.execution import (
     Execution,
     check_repositories,
     check_run_id,
@@ -26,7 +26,8 @@ from wedgewatch.runner.run import (
     new_run_id,
     resume_run,
 )
-from wedgewatch.runner.suite import load_suite
+from wedgewatch.runner.state import RunContext
+from wedgewatch.suites.load import load_suite
 
 log = logging.getLogger(__name__)
 

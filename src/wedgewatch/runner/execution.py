@@ -23,18 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch import __version__
+from wedgewatch.base.errors import BadInput, LedgerConflict, ServerError, SuiteError
+from wedgewatch.base.events import Event, Restarting, Stalled
+from wedgewatch.base.protocols import SandboxFactory
+from wedgewatch.base.vocab import API_ERROR, SERVER_RESTARTED, is_infra_outcome
 from wedgewatch.config import Config, validate
-from wedgewatch.errors import BadInput, LedgerConflict, ServerError, SuiteError
-from wedgewatch.events import Event, Restarting, Stalled
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 from wedgewatch.runner import claim, executors, lease, resume
 from wedgewatch.runner.attempt import end_all_in_flight, run_attempt
-from wedgewatch.runner.context import RunContext, SandboxFactory, Span
 from wedgewatch.runner.evaluate import evaluate_attempt
-from wedgewatch.runner.suite import Suite
+from wedgewatch.runner.state import RunContext
+from wedgewatch.runner.timings import Span
 from wedgewatch.sandbox import groups
-from wedgewatch.vocab import API_ERROR, SERVER_RESTARTED, is_infra_outcome
+from wedgewatch.suites.load import Suite
 
 log = logging.getLogger(__name__)
 
@@ -137,17 +139,9 @@ def load_run_config(ledger: Ledger, run_id: str) -> Config:
 
 def default_sandbox_factory(cfg: Config) -> SandboxFactory:
     """Sandboxes of the ``[sandbox] kind`` backend; BadInput for a kind not in the registry."""
-    from wedgewatch.sandbox import get_sandbox
+    from wedgewatch.sandbox import factory_for
 
-    backend = get_sandbox(cfg.sandbox.kind)
-    repos_dir = Path(cfg.suite.repos_dir) if cfg.suite.repos_dir else None
-
-    def make(instance: dict[str, Any], root: Path) -> Any:
-        return backend.create(
-            instance, root, repos_dir=repos_dir, keep=cfg.run.keep_sandboxes, settings=cfg.sandbox
-        )
-
-    return make
+    return factory_for(cfg)
 
 
 def check_repositories(cfg: Config, suite: Suite) -> None:
@@ -265,7 +259,7 @@ async def execute(
     """Run (or go on with) ``run_id`` until every instance is final, the run is stopped, or the
     server cannot be kept up. ``cfg`` is the run's own config (from its snapshot). ``join``: one
     more runner on a run others may be working on (a shared ledger; docs/scale-out.md)."""
-    from wedgewatch.stack import Stack
+    from wedgewatch.stack.servers import Stack
 
     eff = effective(cfg)
     total = ledger.query("SELECT COUNT(*) FROM run_instances WHERE run_id = ?", (run_id,))[0][0]

@@ -1,15 +1,15 @@
-"""The ``[run.ray]`` settings: the Ray executor's cluster and per-attempt resources (config.py holds
-the rest of the settings)."""
+"""The ``[run.ray]`` settings: the Ray executor's cluster and per-attempt resources (beside the rest of
+the ``[run]`` section in config/run.py)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from wedgewatch.config.section import Section
 
 
-class RayConfig(BaseModel):
+class RayConfig(Section):
     """The Ray executor (`run.executor = "ray"`, the `ray` extra; docs/scale-out.md)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
 
     address: str | None = None
     """Unset: a local Ray started for the run and stopped after it. `auto` or an address

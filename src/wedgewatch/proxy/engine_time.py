@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from wedgewatch import promtext
-from wedgewatch.heartbeat import EngineClock, Feed, Reading
+from wedgewatch.wire import promtext
+from wedgewatch.wire.heartbeat import EngineClock, Feed, Reading
 
 if TYPE_CHECKING:
     from wedgewatch.proxy.exchange import Exchange

@@ -12,14 +12,14 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from wedgewatch.clock import Clock
+from wedgewatch.base.clock import Clock
+from wedgewatch.base.events import Event, RequestEnded, RequestOk, Stalled, UpstreamFailed
 from wedgewatch.config import ServerConfig
-from wedgewatch.events import Event, RequestEnded, RequestOk, Stalled, UpstreamFailed
-from wedgewatch.heartbeat import Feed
 from wedgewatch.supervisor.life import Life, Recorder
 from wedgewatch.supervisor.policy import RestartPolicy
 from wedgewatch.supervisor.profiles import Series
 from wedgewatch.supervisor.start import Starter
+from wedgewatch.wire.heartbeat import Feed
 
 # Polls, 50 ms apart, for a process whose canary failed to show up as dead before it is a wedge.
 DEATH_GRACE_POLLS = 10

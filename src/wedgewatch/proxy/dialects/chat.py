@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from wedgewatch.proxy.assemble import Assembler, Kind
-from wedgewatch.proxy.progress import finish_reason, has_usage, is_error, is_progress, progress_of
-from wedgewatch.proxy.watch import Watch
-from wedgewatch.sse import DONE, SSEEvent, encode_data
+from wedgewatch.proxy.deadlines import Watch
+from wedgewatch.proxy.dialects.assemble import Assembler, Kind
+from wedgewatch.proxy.dialects.chat_bytes import finish_reason, has_usage, is_error, is_progress, progress_of
+from wedgewatch.wire.sse import DONE, SSEEvent, encode_data
 
 # The fields of a chunk every OpenAI-compatible server sends; the rest are the server's own.
 _STANDARD = frozenset(

@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wedgewatch.proxy.assemble import Kind
-from wedgewatch.proxy.relay import decode
-from wedgewatch.proxy.typed import TypedRelay, error_event, event_type, has_text
-from wedgewatch.proxy.watch import Watch
-from wedgewatch.sse import DONE, SSEEvent
+from wedgewatch.proxy.deadlines import Watch
+from wedgewatch.proxy.dialects.assemble import Kind
+from wedgewatch.proxy.dialects.chat import decode
+from wedgewatch.proxy.dialects.typed import TypedRelay, error_event, event_type, has_text
+from wedgewatch.wire.sse import DONE, SSEEvent
 
 _TEXT_KEYS = (b'"text":"', b'"thinking":"', b'"partial_json":"')
 _DELTA_FIELD = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}

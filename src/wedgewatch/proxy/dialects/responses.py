@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from wedgewatch.proxy.assemble import Kind
-from wedgewatch.proxy.progress import is_error
-from wedgewatch.proxy.relay import decode
-from wedgewatch.proxy.typed import TypedRelay, error_event, event_type, has_text
-from wedgewatch.proxy.watch import Watch
-from wedgewatch.sse import DONE, SSEEvent
+from wedgewatch.proxy.deadlines import Watch
+from wedgewatch.proxy.dialects.assemble import Kind
+from wedgewatch.proxy.dialects.chat import decode
+from wedgewatch.proxy.dialects.chat_bytes import is_error
+from wedgewatch.proxy.dialects.typed import TypedRelay, error_event, event_type, has_text
+from wedgewatch.wire.sse import DONE, SSEEvent
 
 _DELTA = b'"delta":"'
 _TERMINAL = frozenset({"response.completed", "response.incomplete"})

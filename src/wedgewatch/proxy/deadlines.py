@@ -23,8 +23,8 @@ import math
 from bisect import bisect_left
 from dataclasses import dataclass
 
+from wedgewatch.base.vocab import STALL_MIDSTREAM, STALL_TTFT, TOTAL_TIMEOUT, TRICKLE
 from wedgewatch.config import WatchdogConfig
-from wedgewatch.vocab import STALL_MIDSTREAM, STALL_TTFT, TOTAL_TIMEOUT, TRICKLE
 
 
 class Buckets:

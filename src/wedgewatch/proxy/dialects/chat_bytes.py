@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from wedgewatch.vocab import CLIENT_ERROR, upstream_http
+from wedgewatch.base.vocab import CLIENT_ERROR, upstream_http
 
 # Keys whose non-empty string value is generated text. "reasoning" is vLLM >= 0.10's new name.
 _TEXT_KEYS = (b'"content":"', b'"reasoning_content":"', b'"reasoning":"', b'"text":"')

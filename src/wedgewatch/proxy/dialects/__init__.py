@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wedgewatch.proxy.anthropic import AnthropicRelay
-from wedgewatch.proxy.assemble import Kind
-from wedgewatch.proxy.relay import Relay, StreamRelay
-from wedgewatch.proxy.responses import ResponsesRelay
-from wedgewatch.proxy.watch import Watch
+from wedgewatch.proxy.deadlines import Watch
+from wedgewatch.proxy.dialects.assemble import Kind
+from wedgewatch.proxy.dialects.chat import Relay, StreamRelay
+from wedgewatch.proxy.dialects.messages import AnthropicRelay
+from wedgewatch.proxy.dialects.responses import ResponsesRelay
 
 RELAYS: dict[Kind, Callable[[Watch, Kind], StreamRelay]] = {
     "chat": Relay,

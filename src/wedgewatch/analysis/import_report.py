@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wedgewatch.errors import BadInput
+from wedgewatch.base.errors import BadInput
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 

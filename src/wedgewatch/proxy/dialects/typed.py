@@ -14,10 +14,10 @@ import re
 from abc import ABC, abstractmethod
 from typing import Any
 
-from wedgewatch.proxy.assemble import Kind
-from wedgewatch.proxy.relay import comment_frame
-from wedgewatch.proxy.watch import Watch
-from wedgewatch.sse import SSEEvent
+from wedgewatch.proxy.deadlines import Watch
+from wedgewatch.proxy.dialects.assemble import Kind
+from wedgewatch.proxy.dialects.chat import comment_frame
+from wedgewatch.wire.sse import SSEEvent
 
 _TYPE = re.compile(rb'"type"\s*:\s*"([A-Za-z_.]+)"')
 

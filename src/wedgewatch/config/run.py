@@ -1,29 +1,19 @@
-"""The one settings module: every knob of a run or a supervised server, with its default and why.
+"""The sections of a run besides its servers: ``[watchdog]``, ``[agent]``, ``[suite]``,
+``[sandbox]`` and ``[run]``, each knob with its default and why.
 
-A config file is TOML with the sections ``[server]``, ``[watchdog]``, ``[agent]``, ``[suite]``,
-``[run]`` and ``[sandbox]``. ``load_config`` turns any problem into ``ConfigError`` naming the file
-and the field.
 Defaults come from the story in README.md (a hung server scored as a weak model): client retries 0,
 3 attempts per instance, 4 at a time, a 240 s total deadline, two warm-ups, a fresh server per run.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import tomllib
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from wedgewatch import redact
-from wedgewatch.errors import ConfigError
-from wedgewatch.ray_config import RayConfig
-from wedgewatch.server_config import Section as _Section
-from wedgewatch.server_config import ServerConfig as ServerConfig  # re-exported: callers import it here
-from wedgewatch.server_config import WarmupConfig as WarmupConfig
+from wedgewatch.config.ray import RayConfig
+from wedgewatch.config.section import Section as _Section
 
 
 class WatchdogConfig(_Section):
@@ -245,105 +235,3 @@ class RunConfig(_Section):
         if interval is not None and timeout < 2 * interval:
             raise PydanticCustomError("lease", f"must be at least twice run.lease_interval ({interval:g} s)")
         return timeout
-
-
-class Config(_Section):
-    """A whole run or supervised-server configuration."""
-
-    server: ServerConfig = Field(default_factory=ServerConfig)
-    """The inference server and its supervision."""
-    servers: list[ServerConfig] = Field(default_factory=list)
-    """A pool of servers (`[[servers]]`, one table per member: one per GPU or host), each with
-    its own lives, wedge detection, restarts and budget, behind the one proxy. Empty: the one
-    `[server]`. Not both."""
-    watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig)
-    """The proxy's deadlines."""
-    agent: AgentConfig = Field(default_factory=AgentConfig)
-    """The agent."""
-    suite: SuiteConfig = Field(default_factory=SuiteConfig)
-    """The instances."""
-    run: RunConfig = Field(default_factory=RunConfig)
-    """The run itself."""
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    """Where the agents' commands and the evaluations run."""
-
-    @model_validator(mode="after")
-    def _one_server_form(self) -> Config:
-        if not self.servers:
-            return self
-        if "server" in self.model_fields_set:
-            raise ValueError("set [server] or [[servers]] (a pool), not both")
-        names = [m.name or f"s{i}" for i, m in enumerate(self.servers)]
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise ValueError(f"[[servers]] names must differ: {', '.join(twice)} is used twice")
-        return self
-
-    def members(self) -> list[ServerConfig]:
-        """The servers of the run, each with its name: the pool's members, or the one
-        ``[server]`` (whose name stays unset)."""
-        if not self.servers:
-            return [self.server]
-        return [m.model_copy(update={"name": m.name or f"s{i}"}) for i, m in enumerate(self.servers)]
-
-    def snapshot(self) -> dict[str, Any]:
-        """Every setting. An "auto" that depends on which windows the file sets is pinned here,
-        because a config rebuilt from this dump (a resume, the effective config) sets them all."""
-        data = self.model_dump(mode="json")
-        for cfg, dumped in zip([self.server, *self.servers], [data["server"], *data["servers"]], strict=True):
-            if cfg.detection == "auto":
-                tokens = "wedge_window" in cfg.model_fields_set
-                dumped["detection"] = "tokens" if tokens else "heartbeat"
-        if self.servers:
-            del data["server"]  # unused beside a pool; a config rebuilt from this must not set both
-        if self.watchdog.deadlines == "auto":
-            wall = {"ttft_timeout", "stall_timeout"} & self.watchdog.model_fields_set
-            data["watchdog"]["deadlines"] = "wall" if wall else "engine"
-        # The snapshot is written into the ledger (and the effective config built from it goes to
-        # Ray's workers): a password in the ledger's URL stays with the one who gave it.
-        data["run"]["ledger"] = redact.stored_url(data["run"]["ledger"])
-        return data
-
-    def hash(self) -> str:
-        blob = json.dumps(self.snapshot(), sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def server_of(snapshot: dict[str, Any]) -> dict[str, Any]:
-    """A config snapshot's server settings (a pool's first member: its members serve one model),
-    for readers of snapshots in the ledger."""
-    servers = snapshot.get("servers") or [snapshot.get("server") or {}]
-    first: dict[str, Any] = servers[0]
-    return first
-
-
-Section = Literal["server", "watchdog", "agent", "suite", "run", "sandbox"]
-
-
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(p) for p in loc)
-
-
-def validate(data: dict[str, Any], source: str) -> Config:
-    """Validate already-parsed settings; errors name ``source`` and the first bad field."""
-    try:
-        return Config.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        # A rule over several sections (a model validator) has no location: its message names them.
-        msg = err["msg"].removeprefix("Value error, ")
-        raise ConfigError(source, _field_path(err["loc"]) or None, msg) from None
-
-
-def load_config(path: str | Path) -> Config:
-    """Read a TOML config file. Any problem is a ConfigError naming the file and field."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(str(p), None, exc.strerror or str(exc)) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(p), None, f"not valid TOML: {exc}") from None
-    return validate(data, str(p))

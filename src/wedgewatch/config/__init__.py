@@ -1,0 +1,27 @@
+"""The one settings package: every knob of a run or a supervised server, with its default and why.
+
+A config file is TOML with the sections ``[server]`` (or a ``[[servers]]`` pool), ``[watchdog]``,
+``[agent]``, ``[suite]``, ``[run]`` and ``[sandbox]``: ``section.py`` is the base every section
+derives from, ``server.py`` a server's own, ``run.py`` the run's, ``ray.py`` the Ray executor's,
+and ``load.py`` the whole file (``load_config``). Callers import the names from here.
+"""
+
+from wedgewatch.config.load import Config, load_config, server_of, validate
+from wedgewatch.config.ray import RayConfig
+from wedgewatch.config.run import AgentConfig, RunConfig, SandboxConfig, SuiteConfig, WatchdogConfig
+from wedgewatch.config.server import ServerConfig, WarmupConfig
+
+__all__ = [
+    "AgentConfig",
+    "Config",
+    "RayConfig",
+    "RunConfig",
+    "SandboxConfig",
+    "ServerConfig",
+    "SuiteConfig",
+    "WarmupConfig",
+    "WatchdogConfig",
+    "load_config",
+    "server_of",
+    "validate",
+]

@@ -1,0 +1,58 @@
+"""The proxy alone in front of a server nobody here supervises (``wedgewatch proxy``): its request
+records, and, given the server's /metrics, a scraper whose heartbeat makes deadlines count engine
+time and finds a stopped engine. Start order: proxy, then scraper (it reads the proxy's requests
+in flight); stop order the reverse, then the ledger is closed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wedgewatch.config import WatchdogConfig
+from wedgewatch.ledger import Ledger
+from wedgewatch.proxy import Proxy
+from wedgewatch.proxy.engine_time import Scraper
+from wedgewatch.wire.heartbeat import Feed
+
+
+class ProxiedServer:
+    """``ProxiedServer(upstream, watchdog, ...)``; ``await start(host, port)`` returns the proxy's
+    URL; ``await stop()``."""
+
+    def __init__(
+        self,
+        upstream: str,
+        watchdog: WatchdogConfig,
+        *,
+        ledger_path: str | None = None,
+        records: Path | None = None,
+        metrics_url: str | None = None,
+        scrape_interval: float = 1.0,
+        heartbeat_window: float = 8.0,
+    ) -> None:
+        self.ledger = Ledger(ledger_path) if ledger_path is not None else None
+        self.scraper = Scraper(metrics_url, Feed(heartbeat_window), scrape_interval) if metrics_url else None
+        self.proxy = Proxy(
+            upstream,
+            watchdog,
+            ledger=self.ledger,
+            records_path=records,
+            feed=self.scraper.feed if self.scraper else None,
+        )
+        if self.scraper is not None:
+            # The proxy's own requests are work the server's gauges may not show (Scraper's doc).
+            self.scraper.busy = lambda: self.proxy.in_flight() > 0
+
+    async def start(self, host: str, port: int) -> str:
+        url = await self.proxy.start(host, port)
+        if self.scraper is not None:
+            self.scraper.start()
+        return url
+
+    async def stop(self) -> None:
+        try:
+            if self.scraper is not None:
+                await self.scraper.stop()
+            await self.proxy.stop()
+        finally:
+            if self.ledger is not None:
+                self.ledger.close()
