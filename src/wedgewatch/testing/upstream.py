@@ -55,6 +55,7 @@ class ScriptedUpstream:
     def __init__(self) -> None:
         self.seen: list[tuple[dict[str, str], dict[str, Any]]] = []
         self.hung_up = asyncio.Event()  # set when a request that never answers loses its client
+        self.spoken = 0  # events the /v1/audio/speech stream has written so far
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -78,7 +79,7 @@ class ScriptedUpstream:
             answer = {
                 "id": "x",
                 "object": "chat.completion",
-                "choices": [],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}],
                 "usage": {"completion_tokens": 2},
             }
             return web.json_response(answer)
@@ -189,8 +190,8 @@ class ScriptedUpstream:
         return resp
 
     async def speech(self, request: web.Request) -> web.StreamResponse:
-        """A streaming endpoint the proxy does not watch: one event every 0.4 s; "STALL" stops
-        after the first."""
+        """A streaming endpoint the proxy does not watch: one event every 0.4 s (``spoken`` counts
+        them as they are written); "STALL" stops after the first."""
         body = await request.json()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -198,6 +199,7 @@ class ScriptedUpstream:
             if i:
                 await asyncio.sleep(3600 if body["input"] == "STALL" else 0.4)
             await resp.write(_sse({"type": "response.output_text.delta", "delta": f"w{i}"}))
+            self.spoken += 1
         await resp.write_eof()
         return resp
 
