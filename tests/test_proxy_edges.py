@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import time
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -16,11 +16,12 @@ import aiohttp
 import openai
 import pytest
 
+from wedgewatch.base.clock import SYSTEM, Clock
 from wedgewatch.base.events import Event, EventBus, UpstreamFailed
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
-from wedgewatch.testing import ScriptedUpstream, eventually_async
+from wedgewatch.testing import ManualClock, ScriptedUpstream, eventually_async
 
 KEY = "sk-edge-SECRET"
 
@@ -32,7 +33,9 @@ Factory = Callable[..., Awaitable[tuple[Proxy, ScriptedUpstream, Ledger, list[Ev
 async def setup(tmp_path: Path) -> AsyncIterator[Factory]:
     async with AsyncExitStack() as stack:
 
-        async def make(**watchdog: float) -> tuple[Proxy, ScriptedUpstream, Ledger, list[Event]]:
+        async def make(
+            clock: Clock = SYSTEM, **watchdog: float
+        ) -> tuple[Proxy, ScriptedUpstream, Ledger, list[Event]]:
             up = ScriptedUpstream()
             url = await stack.enter_async_context(up.serve())
             ledger = Ledger(tmp_path / "l.sqlite")
@@ -44,6 +47,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Factory]:
                 WatchdogConfig(**{"ttft_timeout": 2, "stall_timeout": 2, **watchdog}),
                 ledger=ledger,
                 bus=bus,
+                clock=clock,
             )
             await proxy.start()
             stack.push_async_callback(proxy.stop)
@@ -245,13 +249,17 @@ async def test_an_upstream_that_ignores_stream_true_is_passed_through(setup: Fac
 
 
 async def test_a_server_that_never_sends_headers_is_a_stall_ttft_and_is_hung_up_on(setup: Factory) -> None:
-    proxy, up, ledger, events = await setup()
-    t0 = time.monotonic()
+    clock = ManualClock()
+    proxy, up, ledger, events = await setup(clock)
+    call = asyncio.ensure_future(
+        _client(proxy).chat.completions.create(model="m", messages=[{"role": "user", "content": "HANG"}])
+    )
+    await eventually_async(lambda: len(up.seen) == 1, what="the request upstream")
+    await clock.advance(1.9)  # ttft_timeout is 2 s on the proxy's clock
+    assert not call.done() and proxy.in_flight() == 1
+    await clock.advance(0.2)
     with pytest.raises(openai.InternalServerError) as info:
-        await _client(proxy).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "HANG"}]
-        )
-    assert 2.0 <= time.monotonic() - t0 < 3.0
+        await asyncio.wait_for(call, 10)
     assert info.value.body["code"] == "stall_ttft"  # type: ignore[index]
     await asyncio.wait_for(up.hung_up.wait(), 2.0)  # the upstream connection was closed
     assert len(up.seen) == 1  # and the SDK did not retry
@@ -282,35 +290,38 @@ async def test_a_server_that_always_closes_unanswered_is_tried_twice_then_a_502(
 
 
 async def test_an_unwatched_endpoint_streams_through_past_the_passthrough_deadline(setup: Factory) -> None:
-    proxy, _, _, _ = await setup(passthrough_timeout=0.5)
-    arrived: list[tuple[float, bytes]] = []
+    # The upstream writes an event every 0.4 s: 1.2 s in all, past the 0.5 s deadline of a read.
+    proxy, up, _, _ = await setup(passthrough_timeout=0.5)
+    arrived: list[tuple[int, bytes]] = []  # how many events the upstream had written, what came
     async with (
         aiohttp.ClientSession() as s,
         s.post(proxy.url + "/v1/audio/speech", json={"model": "m", "input": "go", "stream": True}) as r,
     ):
         assert r.status == 200
         async for chunk in r.content.iter_any():
-            arrived.append((time.monotonic(), chunk))
+            arrived.append((up.spoken, chunk))
     body = b"".join(c for _, c in arrived)
     assert [json.loads(line[6:])["delta"] for line in body.split(b"\n\n") if line] == ["w0", "w1", "w2", "w3"]
-    # Relayed as it came, not buffered: the first event was out long before the last was written.
-    assert arrived[-1][0] - arrived[0][0] > 0.8
+    # Relayed as it came, not buffered: the first event was out before the last was written.
+    assert arrived[0][0] < 4
 
 
 async def test_a_read_keeps_the_short_deadline_and_a_stalled_post_is_cut_at_total_timeout(
-    setup: Factory,
+    setup: Factory, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Both deadlines are aiohttp's own, on real time: which one cut is read from what was said.
+    caplog.set_level(logging.INFO, logger="wedgewatch.proxy.passthrough")
     proxy, _, _, _ = await setup(passthrough_timeout=0.3, total_timeout=1.5)
     async with aiohttp.ClientSession() as s:
         async with s.get(proxy.url + "/v1/slow") as r:
             assert r.status == 504
-            assert (await r.json())["error"]["code"] == "timeout"
-        t0 = time.monotonic()
+            error = (await r.json())["error"]
+            assert error["code"] == "timeout" and "GET /v1/slow within 0.3 s" in error["message"]
         with pytest.raises(aiohttp.ClientPayloadError):
             async with s.post(proxy.url + "/v1/audio/speech", json={"model": "m", "input": "STALL"}) as r:
                 assert r.status == 200
                 await r.read()
-        assert time.monotonic() - t0 >= 1.4  # not the 0.3 s of a read
+    assert "did not finish POST /v1/audio/speech within 1.5 s" in caplog.text  # not the 0.3 s of a read
 
 
 async def test_the_servers_own_fields_on_the_usage_chunk_reach_a_client_that_did_not_ask_for_usage(
