@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,13 +122,14 @@ def keywords_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSe
 
 @dataclass
 class Watched:
-    """A proxy in this process in front of the module's ``keywords_sim``, with its SQLite ledger
-    and the events it published."""
+    """A proxy in this process in front of the module's ``keywords_sim``, with its SQLite ledger,
+    the events it published and its clock."""
 
     sim: RunningServer
     proxy: Any  # wedgewatch.proxy.Proxy (imported by the fixture: conftest stays light)
     ledger: Any  # wedgewatch.ledger.Ledger
     events: list[Any]
+    clock: Any  # wedgewatch.testing.ManualClock for ``watched_manual``, else the system's
 
     async def received(self) -> int:
         """Generation requests the simulator has received so far (its /sim/stats)."""
@@ -140,25 +141,70 @@ class Watched:
     def rows(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.ledger.query("SELECT * FROM requests ORDER BY started_at")]
 
+    async def wait_received(self, n: int) -> None:
+        """Wait until the simulator has received ``n`` generation requests in all."""
+        from wedgewatch.testing import eventually_async
 
-@pytest.fixture
-async def watched(keywords_sim: RunningServer, tmp_path: Path) -> Any:
-    """A ``Watched`` proxy with 1 s first-token and mid-stream deadlines, no rate check."""
+        async def done() -> bool:
+            return await self.received() >= n
+
+        await eventually_async(done, what=f"{n} requests received upstream")
+
+    async def tokens_in_flight(self, n: int) -> None:
+        """Wait until the one request in flight has had ``n`` tokens (or more) from upstream."""
+        from wedgewatch.testing import eventually_async
+
+        await eventually_async(
+            lambda: [r["tokens_out"] >= n for r in self.proxy.status()["in_flight"]] == [True],
+            what=f"{n} tokens in flight",
+        )
+
+    async def past_the_deadline(self, call: Any, before: int, tokens: int = 0, window: float = 1.0) -> None:
+        """For ``call`` (a task: one request, made when the simulator had received ``before``), on
+        ``watched_manual``: wait until the request is upstream and has had ``tokens`` tokens, move
+        the clock to just short of ``window`` (nothing may have fired), then past it. The caller
+        then awaits ``call``, with no more time passing: a stall is raised at once or never."""
+        await self.wait_received(before + 1)
+        if tokens:
+            await self.tokens_in_flight(tokens)
+        await self.clock.advance(window - 0.1)
+        assert not call.done() and self.proxy.in_flight() == 1 and self.rows() == []
+        await self.clock.advance(0.2)
+
+
+async def _watched(keywords_sim: RunningServer, tmp_path: Path, manual: bool) -> AsyncIterator[Watched]:
+    from wedgewatch.base.clock import SYSTEM
     from wedgewatch.base.events import EventBus
     from wedgewatch.config import WatchdogConfig
     from wedgewatch.ledger import Ledger
     from wedgewatch.proxy import Proxy
+    from wedgewatch.testing import ManualClock
 
     ledger = Ledger(tmp_path / "ledger.sqlite")
     bus = EventBus()
     events: list[Any] = []
     bus.subscribe(events.append)
     cfg = WatchdogConfig(ttft_timeout=1, stall_timeout=1, min_rate=0, total_timeout=30)
-    proxy = Proxy(keywords_sim.url, cfg, ledger=ledger, bus=bus)
+    clock = ManualClock() if manual else SYSTEM
+    proxy = Proxy(keywords_sim.url, cfg, ledger=ledger, bus=bus, clock=clock)
     await proxy.start()
-    yield Watched(keywords_sim, proxy, ledger, events)
+    yield Watched(keywords_sim, proxy, ledger, events, clock)
     await proxy.stop()
     ledger.close()
+
+
+@pytest.fixture
+async def watched(keywords_sim: RunningServer, tmp_path: Path) -> AsyncIterator[Watched]:
+    """A ``Watched`` proxy with 1 s first-token and mid-stream deadlines, no rate check."""
+    async for w in _watched(keywords_sim, tmp_path, manual=False):
+        yield w
+
+
+@pytest.fixture
+async def watched_manual(keywords_sim: RunningServer, tmp_path: Path) -> AsyncIterator[Watched]:
+    """``watched`` on a ``ManualClock``: its deadlines fire only when the test advances it."""
+    async for w in _watched(keywords_sim, tmp_path, manual=True):
+        yield w
 
 
 def sse_events(raw: bytes) -> list[tuple[str | None, dict[str, Any]]]:
