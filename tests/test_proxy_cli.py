@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -44,13 +44,12 @@ def test_the_cli_proxy_watches_records_jsonl_and_never_logs_the_key(
         assert res.usage is not None and res.usage.completion_tokens == 4
         status = json.loads(urllib.request.urlopen(proxy.url + "/wedgewatch/status", timeout=5).read())
         assert status["loop"] == "uvloop" and status["in_flight"] == []
-        t0 = time.monotonic()
         with pytest.raises(openai.InternalServerError) as info:
             client.chat.completions.create(
                 model="sim-model", messages=[{"role": "user", "content": "STALL-TTFT"}]
             )
-        assert time.monotonic() - t0 < 2.0
         assert info.value.body["code"] == "stall_ttft"  # type: ignore[index]
+        assert "(ttft_timeout 1 s)" in info.value.body["message"]  # type: ignore[index]  # the flag's
         rows = [json.loads(line) for line in records.read_text().splitlines()]
         assert [(r["outcome"], r["attempt_id"]) for r in rows] == [("ok", "cli-1"), ("stall_ttft", "cli-1")]
     finally:
@@ -75,17 +74,22 @@ def test_standalone_proxy_with_metrics_url_ends_requests_when_the_engine_stops(
         status = json.loads(urllib.request.urlopen(proxy.url + "/wedgewatch/status", timeout=5).read())
         assert status["deadlines"] == "engine"
         client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="unused", max_retries=0, timeout=30)
-        last = time.monotonic()
+        tokens = 0
         with pytest.raises(openai.APIError) as info:
             for chunk in client.chat.completions.create(
                 model="sim-model", messages=[{"role": "user", "content": "WEDGE"}], max_tokens=50, stream=True
             ):
                 if chunk.choices and chunk.choices[0].delta.content:
-                    last = time.monotonic()
-        took = time.monotonic() - last
+                    tokens += 1
         assert info.value.body["code"] == "stall_midstream"  # type: ignore[index]
-        assert "engine stopped" in info.value.body["message"]  # type: ignore[index]
-        assert 1.6 - 0.4 <= took <= 1.6 + 2 * 0.2 + 1.0
+        # The engine-stopped verdict (not a request deadline) ended it, once nothing had moved for
+        # the whole window; how soon after, on real time, is `wedgewatch bench detection`'s.
+        message = info.value.body["message"]  # type: ignore[index]
+        found = re.search(
+            r"engine stopped: nothing moved for ([0-9.]+) s .*\(heartbeat_window 1.6 s\)", message
+        )
+        assert found is not None and float(found.group(1)) >= 1.6 - 0.05, message  # shown to 0.1 s
+        assert f"after {tokens} tokens" in message and tokens > 0
     finally:
         proxy.stop()
 
