@@ -11,7 +11,6 @@ import ssl
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -174,13 +173,13 @@ def test_stall_mid_trajectory_through_the_proxy(start_sim: StartSim, tmp_path: P
     argv += ["--stall-timeout", "1", "--ttft-timeout", "3", "--records", str(tmp_path / "requests.jsonl")]
     proxy = launch(argv, tmp_path / "proxy.log")
     try:
-        t0 = time.monotonic()
         with pytest.raises(UpstreamStalled) as info:
             run_agent(proxy.url + "/a/att-1/v1", load_bundled()[0], tmp_path)
-        assert time.monotonic() - t0 < 30
     finally:
         proxy.stop()
-    assert info.value.reason == "stall_midstream"
+    assert info.value.reason == "stall_midstream"  # the proxy's 1 s deadline ended it
+    rows = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert [r["outcome"] for r in rows] == ["ok", "ok", "stall_midstream"]  # and no retry
     assert trajectory()["steps"] == 2
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.runner.retry import decide
 from wedgewatch.sandbox import LocalSandbox
 from wedgewatch.suites import load_bundled
+from wedgewatch.testing import eventually
 
 SECRET = "sk-command-agent-secret-42"
 
@@ -169,16 +169,14 @@ def test_a_swallowed_stall_is_in_the_ledger_and_decides_api_error(
 ) -> None:
     sim = start_sim("--scenario", "keywords", "--time-scale", "50")
     proxy = start_proxy(sim.url, ledger, ttft_timeout=1.0)
-    started = time.monotonic()
     result, _, _ = run(
         script, tmp_path, f"{proxy}/a/att-stall/v1", "0", attempt_id="att-stall", problem="Fix it. STALL-TTFT"
     )
-    elapsed = time.monotonic() - started
 
     # The script caught the proxy's 503 and exited 0: on its own word, it submitted.
     assert result.status == "submitted"
+    # The proxy's 1 s deadline ended the request (its 503), not the script's own 30 s timeout.
     assert "request failed: 503" in result.extra["output"] and "upstream_stalled" in result.extra["output"]
-    assert elapsed < 20  # the proxy's 1 s deadline ended the request, not the script's 30 s
     rows = requests_of(ledger, "att-stall")
     assert [(r["outcome"], r["http_status"]) for r in rows] == [("stall_ttft", 503)]
     # The runner believes the proxy's rows, not the exit code.
@@ -212,18 +210,13 @@ def alive(pid: int) -> bool:
 
 
 def test_timeout_kills_the_whole_process_group(script: Path, tmp_path: Path) -> None:
-    started = time.monotonic()
     with pytest.raises(AgentCrash) as info:
         run(script, tmp_path, "http://127.0.0.1:9/v1", "hang", timeout=1.5, problem="x")
-    elapsed = time.monotonic() - started
+    # The 1.5 s deadline ended it, not the script's 300 s sleep (which would have ended it as "0").
     assert info.value.reason == "agent_timeout"
-    assert elapsed < 15  # 1.5 s deadline plus the SIGTERM grace, far from the script's 300 s sleep
     # The grandchild the script started shared its process group: it died with it.
     grandchild = int((tmp_path / "grandchild.pid").read_text())
-    deadline = time.monotonic() + 5
-    while alive(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(grandchild)
+    eventually(lambda: not alive(grandchild), timeout=5, what="the grandchild's death")
     record = json.loads((tmp_path / "traj" / "att-1.json").read_text())
     assert record["timed_out"] is True and record["status"] == "harness_error"
     assert record["reason"] == "agent_timeout"
