@@ -26,18 +26,18 @@ def instance() -> dict[str, str]:
     return load_bundled()[0]
 
 
-def _gone(pid: int, within: float = 5.0) -> bool:
-    """True once ``pid`` no longer runs (absent, or a zombie waiting for its reaper)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.05)
-    return False
+def _ended(pid: int) -> bool:
+    """True if ``pid`` no longer runs (absent, or a zombie waiting for its reaper)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def _gone(pid: int) -> bool:
+    """Wait (5 s at most) until ``pid`` no longer runs."""
+    return eventually(lambda: _ended(pid), timeout=5.0, what=f"process {pid} ended")
 
 
 def test_each_create_is_a_new_directory_at_base(tmp_path: Path, instance: dict[str, str]) -> None:
@@ -57,12 +57,9 @@ def test_each_create_is_a_new_directory_at_base(tmp_path: Path, instance: dict[s
 def test_timeout_kills_the_command_and_its_children(tmp_path: Path, instance: dict[str, str]) -> None:
     box = LocalSandbox.create(instance, tmp_path)
     try:
-        t0 = time.monotonic()
         res = box.run("sleep 100 & echo $! > child.pid; echo started; sleep 100", timeout=1.0)
-        took = time.monotonic() - t0
-        assert res.timed_out and res.exit_code is None
+        assert res.timed_out and res.exit_code is None  # the 1 s timeout, not the 100 s sleep, ended it
         assert "started" in res.output
-        assert 0.9 <= took < 10
         child = int((box.path / "child.pid").read_text())
         assert _gone(child), f"child {child} survived the timeout"
     finally:
@@ -292,7 +289,7 @@ def test_no_command_escapes_a_close_racing_its_spawn() -> None:
         for t in threads:
             t.start()
         go.set()
-        time.sleep(0.002)
+        time.sleep(0.002)  # the subject: close while the spawners are at work, racing them
         listed.close()
         for t in threads:
             t.join(10)
