@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from wedgewatch.base.protocols import Sandbox
 from wedgewatch.config import SandboxConfig
 from wedgewatch.sandbox import get_sandbox
+from wedgewatch.testing import eventually
 
 # On this machine kind podman needs runc (crun fails on the cgroup layout) and explicit ulimits
 # (the backend always passes nofile and nproc).
@@ -63,9 +63,5 @@ def host_pids_with(marker: str) -> list[int]:
 
 
 def gone(marker: str, within: float = 5.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if not host_pids_with(marker):
-            return True
-        time.sleep(0.05)
-    return False
+    """Wait (``within`` s at most) until no process on the host has ``marker`` in its command line."""
+    return eventually(lambda: not host_pids_with(marker), timeout=within, what=f"no process {marker!r}")

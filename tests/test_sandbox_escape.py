@@ -67,7 +67,7 @@ def test_a_process_outside_cannot_be_killed(new_box: Callable[..., Sandbox]) -> 
     try:
         res = new_box().run(f"kill -9 {victim.pid} && echo killed", timeout=30)
         assert res.exit_code != 0 and "killed" not in res.output
-        time.sleep(0.2)
+        time.sleep(0.2)  # a death that must not come: a sent SIGKILL would have landed by now
         assert victim.poll() is None
     finally:
         victim.kill()
@@ -137,10 +137,8 @@ def test_many_files_in_the_work_tree_stop_at_the_disk_quota(new_box: Callable[..
 
 
 def test_cpu_time_past_the_limit_ends_the_command(new_box: Callable[..., Sandbox]) -> None:
-    t0 = time.monotonic()
     res = new_box(cpu_seconds=1).run("while :; do :; done", timeout=60)
-    assert not res.timed_out and res.exit_code not in (0, None)
-    assert time.monotonic() - t0 < 30
+    assert not res.timed_out and res.exit_code not in (0, None)  # the CPU limit ended it, not the 60 s
 
 
 def test_memory_past_the_limit_is_refused(new_box: Callable[..., Sandbox]) -> None:
