@@ -15,13 +15,15 @@ import pytest
 from ledger_helpers import add_attempt, dump, make_run, next_actions, outcomes
 from wedgewatch.base.clock import SYSTEM
 from wedgewatch.base.errors import BadInput
+from wedgewatch.base.events import EventBus
 from wedgewatch.base.vocab import SERVER_RESTARTED as REQUEUED
 from wedgewatch.config import Config, ServerConfig, validate
 from wedgewatch.ledger import Ledger, queries
 from wedgewatch.runner import resume
 from wedgewatch.supervisor.detector import WedgeDetector
 from wedgewatch.supervisor.drain import drain
-from wedgewatch.supervisor.life import Life, Recorder
+from wedgewatch.supervisor.life import Life
+from wedgewatch.supervisor.recorder import Recorder
 
 
 def _row(lg: Ledger, run_id: str, iid: str) -> dict[str, object]:
@@ -109,7 +111,8 @@ class _Sup:
 
     def __init__(self, lg: Ledger, timeout: float, busy: list[int]) -> None:
         self.cfg = ServerConfig(recycle_drain_timeout=timeout)
-        self.rec = Recorder(lg, "r", SYSTEM)
+        self.bus = EventBus()
+        Recorder(lg, "r").attach(self.bus)
         self.busy = lambda: busy[0]
         self.clock = SYSTEM
         self.stopping = False

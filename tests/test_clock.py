@@ -85,7 +85,8 @@ async def test_a_proxy_deadline_fires_on_the_manual_clock_not_before(
 
 async def test_restart_backoff_waits_on_the_supervisors_clock(tmp_path: Path) -> None:
     # A server that exits at once: start, fail, back off 30 s, start again, give up. The 30 s are
-    # the manual clock's: the second start happens only when the test moves it.
+    # the manual clock's: the second start happens only when the test moves it. The starter polls
+    # the starting server on the same clock, so the test moves it until each start has failed.
     clock = ManualClock()
     script = "import sys; sys.exit(3)"
     cfg = ServerConfig(
@@ -95,7 +96,7 @@ async def test_restart_backoff_waits_on_the_supervisors_clock(tmp_path: Path) ->
         log_dir=str(tmp_path / "logs"),
         restart_backoff=30.0,
         max_restarts=1,
-        startup_timeout=20.0,
+        startup_timeout=600.0,  # manual seconds: the process's real exit ends each start
     )
     ledger = Ledger(tmp_path / "l.sqlite")
     sup = Supervisor(cfg, ledger=ledger, clock=clock)
@@ -104,12 +105,50 @@ async def test_restart_backoff_waits_on_the_supervisors_clock(tmp_path: Path) ->
     def lives() -> int:
         return int(ledger.query("SELECT COUNT(*) FROM server_lives")[0][0])
 
-    await eventually_async(lambda: lives() == 1 and clock.pending() >= 1, what="first start failed")
+    def failed() -> int:
+        return int(ledger.query("SELECT COUNT(*) FROM events WHERE kind = 'start_failed'")[0][0])
+
+    async def first_start_failed() -> bool:
+        if failed() == 1:
+            return clock.pending() >= 1  # the back-off's sleep
+        await clock.advance(0.5)  # the starter's next look at the server
+        return False
+
+    await eventually_async(first_start_failed, what="first start failed")
     await asyncio.sleep(0.3)
     assert lives() == 1 and not starting.done()  # waiting on the clock, not on real time
     await clock.advance(29.0)
     assert lives() == 1
     await clock.advance(1.5)
+
+    async def gave_up() -> bool:
+        if not starting.done():
+            await clock.advance(0.5)  # the second start's looks at the server
+        return starting.done()
+
+    await eventually_async(gave_up, timeout=20, what="gave up")
     with pytest.raises(ServerStartError, match="gave up after 1 restarts"):
-        await asyncio.wait_for(starting, 20)
+        await starting
     assert lives() == 2
+
+
+async def test_the_starter_waits_for_readiness_on_the_supervisors_clock(tmp_path: Path) -> None:
+    # A server that never answers: the start-up deadline is 60 s of the manual clock, and the
+    # starter's polls between two looks sleep on it too (a sleep on the loop would leave no sleeper
+    # here, and spin in real time against a deadline that never comes).
+    clock = ManualClock()
+    cfg = ServerConfig(
+        profile="command",
+        command=[sys.executable, "-c", "import time; time.sleep(600)"],
+        port=1,  # never listened on
+        log_dir=str(tmp_path / "logs"),
+        max_restarts=0,
+        startup_timeout=60.0,
+    )
+    sup = Supervisor(cfg, clock=clock)
+    starting = asyncio.create_task(sup.start())
+    await eventually_async(lambda: clock.pending() >= 1, what="the starter sleeps on the clock")
+    assert not starting.done()
+    await clock.advance(61.0)
+    with pytest.raises(ServerStartError, match="not ready after 60s"):
+        await asyncio.wait_for(starting, 20)

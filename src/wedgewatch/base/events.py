@@ -10,12 +10,30 @@ fields as a dict for records and tests.
     │   ├── RequestOk         ... with tokens (tokens_out, ttft, duration)
     │   ├── Stalled           ... aborted by a deadline (the stall's numbers)
     │   └── UpstreamFailed    ... the server answered 5xx or the connection failed
-    └── ServerEvent           from the supervisor, about one life (life_id)
-        ├── ServerStarting    a life is being started (reason)
-        ├── ServerReady       a life is ready and warmed (base_url)
-        ├── Restarting        a life is being replaced (reason); sent before its group dies
-        ├── Wedged            no token progress with work in flight (evidence)
-        └── Crashed           the process exited (exit_code, log_tail)
+    └── SupervisorEvent       from the supervisor of one server (member: its name in a pool)
+        ├── GaveUp            the restart budget is spent: no more lives (reason, error)
+        └── ServerEvent       about one life (life_id)
+            ├── ServerStarting    a life is being started: its ledger row's fields (reason,
+            │                     profile, argv, flags, base_url, pid, log_path)
+            ├── StartFailed       it did not come up (error, warmup)
+            │   └── WarmupFailed  ... it came up, but a warm-up request failed
+            ├── ServerReady       ready and warmed (base_url, ready_seconds, warmup)
+            ├── CanaryAnswered    a one-token canary's result (result, trigger)
+            ├── CanarySkipped     no canary: the server is full (why, trigger, load)
+            ├── Wedged            no token progress with work in flight (evidence)
+            ├── Crashed           the process exited (exit_code, log_tail)
+            ├── ApiErrors         attempts failed on the API, too many in a row (consecutive)
+            ├── DrainStarted      a planned recycle waits for the work in flight (reason,
+            │                     in_flight, timeout)
+            ├── Drained           ... and is done waiting (reason, left, waited)
+            ├── RestartSkipped    a restart asked of a server nobody can restart (reason, why)
+            ├── Restarting        a life is being replaced (reason); sent before its group dies
+            └── LifeEnded         its process is gone (reason, exit_code, its age)
+
+Every supervisor fact is one of these, published once: the ledger's rows of it (``server_lives``,
+``server_life_ready``, ``server_life_ends``, ``events``) are written from the event by
+``supervisor/recorder.py``, one subscriber among the others, so a row and its event can never
+disagree. An event whose ``kind`` is an ``events`` row's kind is recorded under that kind.
 """
 
 from __future__ import annotations
@@ -26,6 +44,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from wedgewatch.base import vocab
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +58,12 @@ class Event:
 
     @property
     def detail(self) -> dict[str, Any]:
-        """The event's own fields (not ``attempt_id``, not ``ts``) as a dict."""
+        """The event's own fields as a dict: what happened, not to whom or when (``attempt_id``,
+        ``member``, ``ts``)."""
         return {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in ("attempt_id", "ts")
+            if f.name not in ("attempt_id", "member", "ts")
         }
 
 
@@ -86,7 +107,21 @@ class UpstreamFailed(RequestEnded):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ServerEvent(Event):
+class SupervisorEvent(Event):
+    member: str | None
+    """The server's name in a pool (``server.name``), None for the one ``[server]``: a pool's
+    members share one bus, and each member's recorder writes only its own member's facts."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GaveUp(SupervisorEvent):
+    kind: ClassVar[str] = vocab.GAVE_UP
+    reason: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerEvent(SupervisorEvent):
     life_id: str
 
 
@@ -94,31 +129,108 @@ class ServerEvent(Event):
 class ServerStarting(ServerEvent):
     kind: ClassVar[str] = "server_starting"
     reason: str
+    profile: str
+    argv: list[str]
+    """Redacted (``redact.argv``): every subscriber may log it."""
+    flags: dict[str, Any]
+    base_url: str
+    pid: int | None
+    log_path: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartFailed(ServerEvent):
+    kind: ClassVar[str] = vocab.START_FAILED
+    error: str
+    warmup: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WarmupFailed(StartFailed):
+    kind: ClassVar[str] = vocab.WARMUP_FAILED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerReady(ServerEvent):
     kind: ClassVar[str] = "server_ready"
     base_url: str
+    ready_seconds: float
+    warmup: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Restarting(ServerEvent):
-    kind: ClassVar[str] = "restart"
-    reason: str
+class CanaryAnswered(ServerEvent):
+    kind: ClassVar[str] = vocab.CANARY
+    result: dict[str, Any]
+    """``probes.ProbeResult.as_dict()``: ok, seconds, ttft, status, error."""
+    trigger: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CanarySkipped(ServerEvent):
+    kind: ClassVar[str] = vocab.CANARY
+    why: str
+    trigger: dict[str, Any]
+    load: dict[str, Any]
+    """``Life.load()``: the concurrency limit, and the requests running and waiting."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Wedged(ServerEvent):
-    kind: ClassVar[str] = "wedge"
+    kind: ClassVar[str] = vocab.WEDGE
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Crashed(ServerEvent):
-    kind: ClassVar[str] = "crash"
+    kind: ClassVar[str] = vocab.CRASH
     exit_code: int | None = None
     log_tail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiErrors(ServerEvent):
+    kind: ClassVar[str] = vocab.API_ERRORS
+    consecutive: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrainStarted(ServerEvent):
+    kind: ClassVar[str] = vocab.DRAIN
+    reason: str
+    in_flight: int
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Drained(ServerEvent):
+    kind: ClassVar[str] = vocab.DRAINED
+    reason: str
+    left: int
+    waited: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RestartSkipped(ServerEvent):
+    kind: ClassVar[str] = vocab.RESTART_SKIPPED
+    reason: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Restarting(ServerEvent):
+    kind: ClassVar[str] = vocab.RESTART
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LifeEnded(ServerEvent):
+    kind: ClassVar[str] = "life_ended"
+    reason: str
+    exit_code: int | None
+    age_seconds: float
+    age_requests: int
+    age_tokens: int
 
 
 Subscriber = Callable[[Event], None]

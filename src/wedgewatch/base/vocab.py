@@ -104,3 +104,33 @@ RUNNING = "running"
 another runner of it still holds a live lease (several runners on PostgreSQL)."""
 IN_FLIGHT = ("created", "started", "resumed", "joined", RUNNING)
 """States of a run still at work: its timelines reach "now"."""
+
+# --- event kinds (the ``events`` table's rows, and the typed events' ``kind``: base/events.py) ----
+
+WEDGE = "wedge"
+CRASH = "crash"
+RESTART = "restart"
+RESTART_SKIPPED = "restart_skipped"
+GAVE_UP = "gave_up"
+START_FAILED = "start_failed"
+WARMUP_FAILED = "warmup_failed"
+CANARY = "canary"
+DRAIN = "drain"
+DRAINED = "drained"
+API_ERRORS = "api_errors"
+EVENT_KINDS = frozenset(
+    {
+        WEDGE,
+        CRASH,
+        RESTART,
+        RESTART_SKIPPED,
+        GAVE_UP,
+        START_FAILED,
+        WARMUP_FAILED,
+        CANARY,
+        DRAIN,
+        DRAINED,
+        API_ERRORS,
+    }
+)
+"""The supervisor's facts that are ``events`` rows (supervisor/recorder.py writes them)."""

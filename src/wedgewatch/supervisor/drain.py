@@ -12,8 +12,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from wedgewatch.base.clock import Clock
+from wedgewatch.base.events import Drained, DrainStarted, EventBus
 from wedgewatch.config import ServerConfig
-from wedgewatch.supervisor.life import Life, Recorder
+from wedgewatch.supervisor.life import Life
 
 POLL = 0.05  # seconds between two looks at the work in flight
 
@@ -22,7 +23,7 @@ class Draining(Protocol):
     """What a drain reads of the supervisor."""
 
     cfg: ServerConfig
-    rec: Recorder
+    bus: EventBus
     busy: Callable[[], int]
     clock: Clock
 
@@ -35,13 +36,16 @@ class Draining(Protocol):
 
 async def drain(life: Life, reason: str, sup: Draining) -> None:
     """Return once nothing is in flight, the deadline passed, or the life is no longer the one to
-    recycle. ``drain`` and ``drained`` events record what was waited for and what was left."""
+    recycle. ``DrainStarted`` and ``Drained`` events tell what was waited for and what was left."""
     limit = sup.cfg.recycle_drain_timeout
     if limit <= 0 or sup.busy() <= 0:
         return
     life.draining = True
     t0 = sup.clock()
-    sup.rec.event("drain", {"reason": reason, "in_flight": sup.busy(), "timeout": limit}, life)
+    member = sup.cfg.name
+    sup.bus.publish(
+        DrainStarted(member=member, life_id=life.life_id, reason=reason, in_flight=sup.busy(), timeout=limit)
+    )
     while (
         sup.busy() > 0
         and sup.clock() - t0 < limit
@@ -49,6 +53,7 @@ async def drain(life: Life, reason: str, sup: Draining) -> None:
         and not (life.ended or life.wedged or life.crashed or sup.stopping)
     ):
         await sup.clock.sleep(POLL)
-    sup.rec.event(
-        "drained", {"reason": reason, "left": sup.busy(), "waited": round(sup.clock() - t0, 3)}, life
+    waited = round(sup.clock() - t0, 3)
+    sup.bus.publish(
+        Drained(member=member, life_id=life.life_id, reason=reason, left=sup.busy(), waited=waited)
     )

@@ -1,4 +1,4 @@
-"""One server life: its process, its age, its detector, and the ledger rows that record it."""
+"""One server life: its process, its age, its detector, and the scrape that feeds the detector."""
 
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ from typing import Any
 
 import aiohttp
 
-from wedgewatch.base import redact
 from wedgewatch.base.protocols import LifeInfo, ServerProcess
-from wedgewatch.ledger import Ledger
 from wedgewatch.supervisor import probes
 from wedgewatch.supervisor.detector import WedgeDetector, reduce
 from wedgewatch.supervisor.profiles import Series
+from wedgewatch.supervisor.recorder import Recorder
 from wedgewatch.wire.heartbeat import Reading
 
 log = logging.getLogger(__name__)
@@ -120,94 +119,5 @@ class Life:
         self.reading = r
         if r.generated is not None:
             self.generated = r.generated
-        rec.samples(self, r, {n: samples.total(n) for n in series.names()})
+        rec.samples(self.life_id, r, {n: samples.total(n) for n in series.names()})
         return True, self.detector.observe(r), ""
-
-
-class Recorder:
-    """Writes a life's facts to the ledger (when there is one); never raises into the caller."""
-
-    def __init__(
-        self, ledger: Ledger | None, run_id: str | None, clock: Callable[[], float], member: str | None = None
-    ) -> None:
-        self.ledger = ledger
-        self.run_id = run_id
-        self.clock = clock
-        self.member = member  # the pool member's name, on every life it records
-
-    def _append(self, table: str, row: dict[str, Any]) -> None:
-        if self.ledger is None:
-            return
-        try:
-            self.ledger.append(table, row)
-        except Exception:
-            log.exception("could not record %s row", table)
-
-    def started(self, life: Life, profile: str, flags: dict[str, Any]) -> None:
-        self._append(
-            "server_lives",
-            {
-                "life_id": life.life_id,
-                "run_id": self.run_id,
-                "profile": profile,
-                "argv_json": redact.argv(life.argv),
-                "flags_json": flags,
-                "base_url": life.base_url,
-                "pid": life.proc.pid,
-                "start_reason": life.start_reason,
-                "started_at": time.time(),
-                "log_path": str(life.log_path) if life.log_path else None,
-                "member": self.member,
-            },
-        )
-
-    def ready(self, life: Life) -> None:
-        self._append(
-            "server_life_ready",
-            {
-                "life_id": life.life_id,
-                "ready_at": time.time(),
-                "ready_seconds": round(self.clock() - life.started, 4),
-                "warmup_json": life.warmup,
-            },
-        )
-
-    def ended(self, life: Life, reason: str, exit_code: int | None) -> None:
-        info = life.info(self.clock())
-        self._append(
-            "server_life_ends",
-            {
-                "life_id": life.life_id,
-                "ended_at": time.time(),
-                "end_reason": reason,
-                "exit_code": exit_code,
-                "age_seconds": round(info.age_seconds, 4),
-                "age_requests": info.age_requests,
-                "age_tokens": info.age_tokens,
-            },
-        )
-
-    def event(self, kind: str, detail: dict[str, Any], life: Life | None) -> None:
-        self._append(
-            "events",
-            {
-                "ts": time.time(),
-                "kind": kind,
-                "run_id": self.run_id,
-                "life_id": life.life_id if life else None,
-                "detail_json": detail,
-            },
-        )
-
-    def samples(self, life: Life, r: Reading, names: dict[str, float | None]) -> None:
-        rows = [
-            {"ts": r.wall, "life_id": life.life_id, "name": n, "value": v}
-            for n, v in names.items()
-            if v is not None
-        ]
-        if self.ledger is None or not rows:
-            return
-        try:
-            self.ledger.append_many("metric_samples", rows)
-        except Exception:
-            log.exception("could not record metric samples")

@@ -5,23 +5,22 @@ evidence in its message (the stage it was stuck at, the last lines of the server
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from wedgewatch.base import redact
+from wedgewatch.base.clock import Clock
 from wedgewatch.base.errors import PortBusyError, ServerStartError, WarmupError
 from wedgewatch.base.events import EventBus, ServerStarting
 from wedgewatch.base.protocols import ServerProcess
 from wedgewatch.config import ServerConfig
 from wedgewatch.supervisor import probes, profiles
 from wedgewatch.supervisor.detector import WedgeDetector
-from wedgewatch.supervisor.life import Life, Recorder, new_life_id
+from wedgewatch.supervisor.life import Life, new_life_id
 from wedgewatch.supervisor.process import (
     AdoptedServer,
     HookServer,
@@ -46,14 +45,12 @@ class Starter:
         self,
         cfg: ServerConfig,
         profile: profiles.Profile,
-        rec: Recorder,
         bus: EventBus,
-        clock: Callable[[], float],
+        clock: Clock,
         headers: dict[str, str] | None,
     ) -> None:
         self.cfg = cfg
         self.profile = profile
-        self.rec = rec
         self.bus = bus
         self.clock = clock
         self.headers = headers
@@ -88,8 +85,19 @@ class Starter:
             owned=owned,
             concurrency=profiles.concurrency_limit(argv, self.profile),
         )
-        self.rec.started(life, self.profile.name, self.flags())
-        self.bus.publish(ServerStarting(life_id=life.life_id, reason=reason))
+        self.bus.publish(
+            ServerStarting(
+                member=self.cfg.name,
+                life_id=life.life_id,
+                reason=reason,
+                profile=self.profile.name,
+                argv=redact.argv(argv),
+                flags=self.flags(),
+                base_url=life.base_url,
+                pid=proc.pid,
+                log_path=str(log_path) if log_path else None,
+            )
+        )
         return life
 
     def launch(self, reason: str) -> Life:
@@ -163,7 +171,7 @@ class Starter:
                         return
                     stage = f"a 1-token canary (last: {res.error})"
             elapsed = self.clock() - life.started
-            await asyncio.sleep(min(0.5, 0.05 + elapsed / 20))
+            await self.clock.sleep(min(0.5, 0.05 + elapsed / 20))
 
     def check_exited(self, life: Life) -> None:
         code = life.proc.poll()
@@ -216,7 +224,7 @@ class Starter:
                 raise PortBusyError(
                     f"port {cfg.port} on {cfg.host} still in use after the old server stopped"
                 )
-            await asyncio.sleep(0.1)
+            await self.clock.sleep(0.1)
 
     def flags(self) -> dict[str, Any]:
         """What the life's row records beside its argv (never env values: they may be keys)."""

@@ -18,15 +18,29 @@ import aiohttp
 from wedgewatch.base import redact
 from wedgewatch.base.clock import SYSTEM, Clock
 from wedgewatch.base.errors import PortBusyError, ServerDown, ServerError, ServerStartError, WarmupError
-from wedgewatch.base.events import Crashed, Event, EventBus, Restarting, ServerReady, Wedged
+from wedgewatch.base.events import (
+    ApiErrors,
+    Crashed,
+    Event,
+    EventBus,
+    GaveUp,
+    LifeEnded,
+    Restarting,
+    RestartSkipped,
+    ServerReady,
+    StartFailed,
+    WarmupFailed,
+    Wedged,
+)
 from wedgewatch.base.protocols import LifeInfo
 from wedgewatch.config import ServerConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.supervisor import profiles
 from wedgewatch.supervisor.drain import drain
-from wedgewatch.supervisor.life import Life, Recorder, api_key
+from wedgewatch.supervisor.life import Life, api_key
 from wedgewatch.supervisor.policy import RestartPolicy
 from wedgewatch.supervisor.process import UNKNOWN_EXIT, HookServer, log_tail
+from wedgewatch.supervisor.recorder import Recorder
 from wedgewatch.supervisor.start import Starter
 from wedgewatch.supervisor.tasks import Background, call_in_loop
 from wedgewatch.supervisor.watcher import PROBE_SLACK, Reports, Watcher
@@ -54,7 +68,10 @@ class Supervisor:
         self.series = profiles.series(cfg, self.profile)
         self.bus = bus or EventBus()
         self.clock = clock
-        self.rec = Recorder(ledger, run_id, clock, cfg.name)
+        # The one writer of this server's rows: every fact below is an event on the bus.
+        self.rec = Recorder(ledger, run_id, cfg.name)
+        if ledger is not None:
+            self.rec.attach(self.bus)
         self._life: Life | None = None
         self._last_url = cfg.url or f"http://{cfg.host}:{cfg.port}"
         self._lock = asyncio.Lock()
@@ -67,7 +84,7 @@ class Supervisor:
         self._loop: asyncio.AbstractEventLoop | None = None
         key = api_key(cfg.args)
         self._headers = {"Authorization": f"Bearer {key}"} if key else None
-        self.starter = Starter(cfg, self.profile, self.rec, self.bus, clock, self._headers)
+        self.starter = Starter(cfg, self.profile, self.bus, clock, self._headers)
         self.feed = Feed(self.starter.window, self.starter.heartbeat)
         """Every scrape's reading and every wedge verdict, for the proxy (``Proxy(feed=...)``)."""
         reports = Reports(
@@ -77,7 +94,16 @@ class Supervisor:
             spawn=self._bg.spawn,
         )
         self.watcher = Watcher(
-            cfg, self.starter, self.series, self.rec, clock, self._headers, self.feed, self.policy, reports
+            cfg,
+            self.starter,
+            self.series,
+            self.rec,
+            self.bus,
+            clock,
+            self._headers,
+            self.feed,
+            self.policy,
+            reports,
         )
         # Work in flight on the server (the runner sets it to its attempts in flight): a planned
         # recycle waits for it to reach 0. Nothing set: recycle at once.
@@ -234,8 +260,13 @@ class Supervisor:
                     raise
                 port_retries += 1  # someone took our auto-picked port between check and bind
             except (ServerStartError, WarmupError) as exc:
-                kind = "warmup_failed" if isinstance(exc, WarmupError) else "start_failed"
-                self.rec.event(kind, {"error": str(exc)[-2000:], "warmup": life.warmup}, life)
+                failed = WarmupFailed if isinstance(exc, WarmupError) else StartFailed
+                kind = failed.kind
+                self.bus.publish(
+                    failed(
+                        member=self.cfg.name, life_id=life.life_id, error=str(exc)[-2000:], warmup=life.warmup
+                    )
+                )
                 await self._end(life, kind)
                 failures += 1
                 self.policy.count(exc, kind)
@@ -254,8 +285,15 @@ class Supervisor:
         self._life = life
         self._last_url = life.base_url
         self.policy.life_ready()
-        self.rec.ready(life)
-        self.bus.publish(ServerReady(life_id=life.life_id, base_url=life.base_url))
+        self.bus.publish(
+            ServerReady(
+                member=self.cfg.name,
+                life_id=life.life_id,
+                base_url=life.base_url,
+                ready_seconds=round(self.clock() - life.started, 4),
+                warmup=life.warmup,
+            )
+        )
         life.watch_task = self._bg.spawn(self.watcher.watch(life))
         self._notify()
 
@@ -284,7 +322,18 @@ class Supervisor:
         code = await asyncio.to_thread(life.proc.stop, self.cfg.stop_grace) if kill else life.proc.poll()
         if not life.owned and code == UNKNOWN_EXIT:
             code = None
-        self.rec.ended(life, reason, code)
+        age = life.info(self.clock())
+        self.bus.publish(
+            LifeEnded(
+                member=self.cfg.name,
+                life_id=life.life_id,
+                reason=reason,
+                exit_code=code,
+                age_seconds=round(age.age_seconds, 4),
+                age_requests=age.age_requests,
+                age_tokens=age.age_tokens,
+            )
+        )
 
     async def _restart(self, reason: str, life: Life, counted: bool = True) -> None:
         async with self._lock:
@@ -292,13 +341,14 @@ class Supervisor:
                 return  # a stale alarm: that life is already gone
             if isinstance(life.proc, HookServer) and not (self.cfg.restart_hook or self.cfg.restart_url):
                 why = "external server, no restart_hook or restart_url"
-                self.rec.event("restart_skipped", {"reason": reason, "why": why}, life)
+                self.bus.publish(
+                    RestartSkipped(member=self.cfg.name, life_id=life.life_id, reason=reason, why=why)
+                )
                 life.restart_due = False
                 self._notify()
                 return
-            self.rec.event("restart", {"reason": reason, "life_id": life.life_id}, life)
             # Published before the group dies: the runner marks the attempts in flight.
-            self.bus.publish(Restarting(life_id=life.life_id, reason=reason))
+            self.bus.publish(Restarting(member=self.cfg.name, life_id=life.life_id, reason=reason))
             self._life = None
             await self._end(life, reason)
             try:
@@ -308,7 +358,7 @@ class Supervisor:
                 await self._bring_up(reason)
             except ServerError as exc:
                 self._failure = exc
-                self.rec.event("gave_up", {"reason": reason, "error": str(exc)[-2000:]}, None)
+                self.bus.publish(GaveUp(member=self.cfg.name, reason=reason, error=str(exc)[-2000:]))
                 log.error("supervisor gave up: %s", exc)
             finally:
                 self._notify()
@@ -333,8 +383,7 @@ class Supervisor:
             "age_requests": age.age_requests,
             "age_tokens": age.age_tokens,
         }
-        self.rec.event("wedge", detail, life)
-        self.bus.publish(Wedged(life_id=life.life_id, evidence=detail))
+        self.bus.publish(Wedged(member=self.cfg.name, life_id=life.life_id, evidence=detail))
         self.feed.stopped(detail, life.life_id)
         log.warning("wedge on %s: %s", life.life_id, {k: v for k, v in evidence.items() if k != "samples"})
         if self.cfg.restart_on_wedge:
@@ -350,8 +399,7 @@ class Supervisor:
         if life.ended:
             return
         tail = redact.text(log_tail(life.log_path)) if life.log_path else ""
-        self.rec.event("crash", {"life_id": life.life_id, "exit_code": code, "log_tail": tail}, life)
-        self.bus.publish(Crashed(life_id=life.life_id, exit_code=code, log_tail=tail))
+        self.bus.publish(Crashed(member=self.cfg.name, life_id=life.life_id, exit_code=code, log_tail=tail))
         log.warning("server %s exited with code %s", life.life_id, code)
         if self.cfg.restart_on_crash:
             await self._restart("crash", life)
@@ -386,7 +434,11 @@ class Supervisor:
         await self._verdict(life)
         if life is not self._life or (life.wedged and self.cfg.restart_on_wedge):
             return
-        self.rec.event(reason, {"consecutive": self.cfg.restart_after_api_errors}, life)
+        self.bus.publish(
+            ApiErrors(
+                member=self.cfg.name, life_id=life.life_id, consecutive=self.cfg.restart_after_api_errors
+            )
+        )
         await self._restart(reason, life)
 
     def _note_instance(self) -> None:

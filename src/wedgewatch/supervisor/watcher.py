@@ -13,11 +13,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from wedgewatch.base.clock import Clock
-from wedgewatch.base.events import Event, RequestEnded, RequestOk, Stalled, UpstreamFailed
+from wedgewatch.base.events import (
+    CanaryAnswered,
+    CanarySkipped,
+    Event,
+    EventBus,
+    RequestEnded,
+    RequestOk,
+    Stalled,
+    UpstreamFailed,
+)
 from wedgewatch.config import ServerConfig
-from wedgewatch.supervisor.life import Life, Recorder
+from wedgewatch.supervisor.life import Life
 from wedgewatch.supervisor.policy import RestartPolicy
 from wedgewatch.supervisor.profiles import Series
+from wedgewatch.supervisor.recorder import Recorder
 from wedgewatch.supervisor.start import Starter
 from wedgewatch.wire.heartbeat import Feed
 
@@ -45,7 +55,8 @@ class Watcher:
     cfg: ServerConfig
     starter: Starter
     series: Series
-    rec: Recorder
+    rec: Recorder  # the metric samples of each scrape
+    bus: EventBus  # the canaries
     clock: Clock
     headers: dict[str, str] | None
     feed: Feed
@@ -93,12 +104,20 @@ class Watcher:
         """A 1-token canary after a proxy stall; a failed one is a wedge."""
         try:
             if life.at_limit():
-                self.rec.event(
-                    "canary", {"skipped": "at concurrency limit", "trigger": trigger, **life.load()}, life
+                skipped = CanarySkipped(
+                    member=self.cfg.name,
+                    life_id=life.life_id,
+                    why="at concurrency limit",
+                    trigger=trigger,
+                    load=life.load(),
                 )
+                self.bus.publish(skipped)
                 return
             res = await self.starter.canary(life)
-            self.rec.event("canary", {**res.as_dict(), "trigger": trigger}, life)
+            answered = CanaryAnswered(
+                member=self.cfg.name, life_id=life.life_id, result=res.as_dict(), trigger=trigger
+            )
+            self.bus.publish(answered)
             if res.ok or life.ended:
                 return
             # A killed server closes its sockets a few milliseconds before it can be reaped, so a
