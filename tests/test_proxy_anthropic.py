@@ -211,12 +211,12 @@ async def test_endings_the_simulator_does_not_send_are_read_as_anthropics_client
             rows = [dict(r) for r in ledger.query("SELECT * FROM requests ORDER BY started_at")]
     assert len(up.seen) == 3  # one request each: no retry
     assert [(r["outcome"], r["http_status"], r["tokens_out"], r["prompt_tokens"]) for r in rows] == [
-        ("connection", 200, 1, 7),
-        ("upstream_http_500", 200, 1, 7),
-        ("upstream_http_529", 529, 0, 7),
+        ("stream_unfinished", 200, 1, 7),
+        ("stream_error_event", 200, 1, 7),
+        ("stream_error_event", 529, 0, 7),
     ]
     assert "ended without message_stop after 1 tokens" in json.loads(rows[0]["detail_json"])["error"]
-    assert raised["CUT"].body["error"]["code"] == "connection"  # type: ignore[index]
+    assert raised["CUT"].body["error"]["code"] == "stream_unfinished"  # type: ignore[index]
     assert raised["ERROR"].body == {"type": "error", "error": {"type": "api_error", "message": "engine died"}}
     assert raised["OVERLOADED0"].status_code == 529
 

@@ -163,9 +163,9 @@ async def test_an_error_inside_the_stream_is_an_upstream_error(setup: Factory) -
     with pytest.raises(openai.InternalServerError) as info:
         await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "ERROR"}])
     assert info.value.response.headers["x-should-retry"] == "false"
-    assert info.value.body["code"] == "upstream_http_500"  # type: ignore[index]
-    assert [o for o, _ in _outcomes(ledger)] == ["upstream_http_500"] * 2
-    assert [e.outcome for e in events if isinstance(e, UpstreamFailed)] == ["upstream_http_500"] * 2
+    assert info.value.body["code"] == "stream_error_event"  # type: ignore[index]
+    assert [o for o, _ in _outcomes(ledger)] == ["stream_error_event"] * 2
+    assert [e.outcome for e in events if isinstance(e, UpstreamFailed)] == ["stream_error_event"] * 2
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -187,7 +187,7 @@ async def test_an_error_before_any_token_is_answered_with_its_own_http_status(
             model="m", messages=[{"role": "user", "content": "ERROR0"}], stream=stream
         )
     assert failed.value.status_code == 500 and failed.value.response.headers["x-should-retry"] == "false"
-    assert [o for o, _ in _outcomes(ledger)] == ["client_error", "upstream_http_500"]
+    assert [o for o, _ in _outcomes(ledger)] == ["client_error", "stream_error_event"]
     assert len(upstream.seen) == 2  # one request each: the SDK did not retry
 
 
@@ -205,10 +205,10 @@ async def test_an_error_the_client_hangs_up_on_is_still_the_upstreams_error(setu
                 async for _ in stream:
                     pass
     await eventually_async(lambda: len(_outcomes(ledger)) == 3, timeout=10)
-    assert [o for o, _ in _outcomes(ledger)] == ["upstream_http_500"] * 3
+    assert [o for o, _ in _outcomes(ledger)] == ["stream_error_event"] * 3
 
 
-async def test_a_stream_cut_before_done_is_a_connection_failure(setup: Factory) -> None:
+async def test_a_stream_cut_before_done_is_the_upstreams_failure(setup: Factory) -> None:
     proxy, _, ledger, _ = await setup()
     stream = await _client(proxy).chat.completions.create(
         model="m", messages=[{"role": "user", "content": "CUT"}], stream=True
@@ -216,14 +216,14 @@ async def test_a_stream_cut_before_done_is_a_connection_failure(setup: Factory) 
     with pytest.raises(openai.APIError) as info:
         async for _ in stream:
             pass
-    assert info.value.body["code"] == "connection"  # type: ignore[index]
+    assert info.value.body["code"] == "stream_unfinished"  # type: ignore[index]
     # cut before any token: nothing had been sent, so the client gets a plain 502
     with pytest.raises(openai.APIStatusError) as info2:
         await _client(proxy).chat.completions.create(
             model="m", messages=[{"role": "user", "content": "CUT0"}], stream=True
         )
     assert info2.value.status_code == 502 and info2.value.response.headers["x-should-retry"] == "false"
-    assert _outcomes(ledger) == [("connection", 200), ("connection", 502)]
+    assert _outcomes(ledger) == [("stream_unfinished", 200), ("stream_unfinished", 502)]
 
 
 async def test_an_upstream_that_ignores_stream_true_is_passed_through(setup: Factory) -> None:

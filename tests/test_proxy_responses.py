@@ -162,7 +162,7 @@ async def test_endings_the_simulator_does_not_send_are_read_as_a_responses_clien
     tmp_path: Path,
 ) -> None:
     """From a scripted server: a stream that ends without ``response.completed`` is cut
-    (``connection``, the SDK raises on the proxy's error event); the server's ``error`` event
+    (``stream_unfinished``, the SDK raises on the proxy's error event); the server's ``error`` event
     after a token is forwarded as it came and is the server's error in the row; a
     ``response.failed`` before any token is the server's error (``server_error``) or the
     request's (``invalid_prompt``), answered with the status that says which."""
@@ -193,15 +193,15 @@ async def test_endings_the_simulator_does_not_send_are_read_as_a_responses_clien
             rows = [dict(r) for r in ledger.query("SELECT * FROM requests ORDER BY started_at")]
     assert len(up.seen) == 5  # one request each: no retry
     assert [(r["outcome"], r["http_status"], r["tokens_out"]) for r in rows] == [
-        ("connection", 200, 1),
-        ("upstream_http_500", 500, 0),
+        ("stream_unfinished", 200, 1),
+        ("stream_error_event", 500, 0),
         ("client_error", 400, 0),  # invalid_prompt: the request's fault, not the server's
         ("ok", 200, 1),
-        ("upstream_http_500", 200, 1),
+        ("stream_error_event", 200, 1),
     ]
     assert done == ["response.created", "response.output_text.delta"]
     assert "ended without response.completed after 1 tokens" in json.loads(rows[0]["detail_json"])["error"]
-    assert raised["CUT"].body is not None and raised["CUT"].body["code"] == "connection"  # type: ignore[index]
+    assert raised["CUT"].body is not None and raised["CUT"].body["code"] == "stream_unfinished"  # type: ignore[index]
     assert [ev.type for ev in seen] == ["response.created", "response.output_text.delta", "error"]
     assert getattr(seen[-1], "message", None) == "engine died"
     failed = raised["FAILED0"]

@@ -24,6 +24,7 @@ boundary where they are caught. Retry decisions key on the class, never on messa
     │   └── WorkerLost               the process or node running an attempt died -> interrupted
     ├── RunnerLost                   this runner was found dead by the run's others: it stops
     ├── CarriedError                 an attempt's exception, carried back from another process
+    ├── FrameTooLarge                an SSE line or event past the parser's cap (the proxy: reply_too_large)
     ├── ServerError                  the supervisor could not bring a server up
     │   ├── ServerStartError         exited during start-up or never became ready
     │   ├── PortBusyError            the port is taken by someone else
@@ -185,6 +186,11 @@ class CarriedError(WedgewatchError):
 
 
 # --- server management ---------------------------------------------------------------------------
+
+
+class FrameTooLarge(WedgewatchError):
+    """An SSE line or event grew past the parser's cap before it ended (``wire/sse.py``): a broken
+    server's endless line. The proxy translates it into the request outcome ``reply_too_large``."""
 
 
 class ServerError(WedgewatchError):

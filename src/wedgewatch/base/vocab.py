@@ -3,9 +3,10 @@ of them are the infrastructure's doing. The runner, the proxy, the ledger's quer
 import these names from here; the ledger's SQL views spell the same words (a test holds them to
 this module).
 
-    request outcome   ok | client_disconnect | client_error          nothing against the infrastructure
+    request outcome   ok | client_disconnect | client_error | client_slow_body    nothing against the infrastructure
                       stall_ttft | stall_midstream | trickle | total_timeout | connection
-                      | upstream_http_<code>                          the infrastructure's (retried)
+                      | upstream_http_<code> | reply_not_sse | reply_not_json | reply_not_api
+                      | reply_too_large | stream_error_event | stream_unfinished   the infrastructure's (retried)
     attempt status    submitted | early_stop                          the model's (final)
                       api_error | harness_error | interrupted         ours or the server's (retried)
     instance outcome  resolved | unresolved | empty_patch | early_stop  the model's
@@ -29,9 +30,38 @@ TOTAL_TIMEOUT = "total_timeout"
 STALL_KINDS = (STALL_TTFT, STALL_MIDSTREAM, TRICKLE, TOTAL_TIMEOUT)
 """The ways one request can stop making progress; the proxy ends it with that kind."""
 
-INFRA_OUTCOMES = frozenset({*STALL_KINDS, CONNECTION})
+# A reply that is not a well-formed answer of the API asked for is the server's failure, never the
+# model's: an evaluation that scored an HTML page or a cut stream as the model's answer would make the
+# very mistake wedgewatch exists to prevent. Each kind has its own name.
+REPLY_NOT_SSE = "reply_not_sse"
+"""A stream request answered with something that is neither SSE nor the API's JSON (an HTML page)."""
+REPLY_NOT_JSON = "reply_not_json"
+"""A ``data:`` line, or a whole body, that is not JSON."""
+REPLY_NOT_API = "reply_not_api"
+"""JSON that is not the API's answer: a chunk without ``choices``, a stream with no answer in it."""
+REPLY_TOO_LARGE = "reply_too_large"
+"""One SSE line or frame, or a whole body, past the proxy's cap (``max_frame_bytes``, ``max_body_bytes``)."""
+STREAM_ERROR_EVENT = "stream_error_event"
+"""The server reported an error inside its stream after HTTP 200 (vLLM's engine death, llama.cpp's
+full context), once tokens began or with a 5xx code."""
+STREAM_UNFINISHED = "stream_unfinished"
+"""The stream ended (the connection closed cleanly) without the API's end: no ``[DONE]``, no finish."""
+REPLY_FAULTS = (
+    REPLY_NOT_SSE,
+    REPLY_NOT_JSON,
+    REPLY_NOT_API,
+    REPLY_TOO_LARGE,
+    STREAM_ERROR_EVENT,
+    STREAM_UNFINISHED,
+)
+
+CLIENT_SLOW_BODY = "client_slow_body"
+"""The client did not send its whole request body within ``body_timeout``: the upstream never had
+the request, so nothing is held against the server."""
+
+INFRA_OUTCOMES = frozenset({*STALL_KINDS, CONNECTION, *REPLY_FAULTS})
 """Request outcomes that are the infrastructure's fault, besides every ``upstream_http_<code>``."""
-OTHER_OUTCOMES = frozenset({OK, CLIENT_DISCONNECT, CLIENT_ERROR})
+OTHER_OUTCOMES = frozenset({OK, CLIENT_DISCONNECT, CLIENT_ERROR, CLIENT_SLOW_BODY})
 """Request outcomes that say nothing against the infrastructure."""
 
 

@@ -59,6 +59,18 @@ class WatchdogConfig(_Section):
     """Engine seconds without a token, once tokens have begun, before `stall_midstream`. A
     running request gets a token on every decode step (milliseconds to a second); ten seconds
     of the engine stepping for others while this one gets nothing is one stuck request."""
+    body_timeout: float = Field(60.0, gt=0)
+    """Seconds for the client to send its whole request body. Past it the request ends
+    `client_slow_body` (HTTP 408), the client's outcome: the upstream never had the request. The
+    request's own deadlines start only once the body is in, so a slow client never spends them."""
+    max_frame_bytes: int = Field(16 * 1024**2, ge=1024)
+    """Bytes of one SSE line or event the proxy holds while it waits for its end. A token chunk is
+    hundreds of bytes and a whole answer sent as one chunk a few hundred kilobytes; past the cap the
+    request ends `reply_too_large` and the buffer is given back, so one endless line from a broken
+    server cannot take the proxy's memory."""
+    max_body_bytes: int = Field(64 * 1024**2, ge=1024)
+    """Bytes of a whole upstream body the proxy reads at once (a server that answered a stream
+    request with one JSON body, or an error body). Past it: `reply_too_large`."""
     passthrough_timeout: float = Field(10.0, gt=0)
     """Deadline for the reads (GET, HEAD) the proxy passes through: /v1/models, /health, /metrics.
     Other requests it does not watch (/tokenize, /v1/embeddings, ...) get total_timeout."""

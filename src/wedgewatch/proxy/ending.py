@@ -12,7 +12,6 @@ from wedgewatch.base.events import RequestEnded, RequestOk, Stalled, UpstreamFai
 from wedgewatch.base.protocols import LifeInfo
 from wedgewatch.base.vocab import OK, is_infra_outcome
 from wedgewatch.proxy.deadlines import Stall, Watch
-from wedgewatch.proxy.records import request_row
 
 # The exchange's logger: a request's line reads as the proxy's, as it always has.
 log = logging.getLogger("wedgewatch.proxy.exchange")
@@ -44,22 +43,32 @@ class Ending:
     stall: Stall | None
 
     def row(self) -> dict[str, Any]:
-        """The request's row (ledger ``requests`` table, or JSONL)."""
-        return request_row(
-            request_id=self.request_id,
-            attempt_id=self.attempt_id,
-            life=self.life,
-            path=self.path,
-            model=self.model,
-            client_stream=self.client_stream,
-            started_at=self.started_at,
-            watch=self.watch,
-            duration=self.duration,
-            outcome=self.outcome,
-            http_status=self.http_status,
-            usage=self.usage,
-            detail=self.detail,
-        )
+        """The request's row (the ledger's ``requests`` table, ledger/schema.py; JSONL rows are
+        the same)."""
+        life, watch = self.life, self.watch
+        usage = self.usage if isinstance(self.usage, dict) else {}
+        return {
+            "request_id": self.request_id,
+            "attempt_id": self.attempt_id,
+            "life_id": life.life_id if life else None,
+            "path": self.path,
+            "model": self.model,
+            "client_stream": int(self.client_stream),
+            "started_at": self.started_at,
+            "ttft": watch.ttft,
+            "tokens_out": watch.tokens,
+            "max_gap": watch.max_gap if watch.tokens > 1 else None,
+            "duration": self.duration,
+            "outcome": self.outcome,
+            "http_status": self.http_status,
+            # Chat and completions name them so; the Responses API input_tokens and output_tokens.
+            "prompt_tokens": usage.get("prompt_tokens", usage.get("input_tokens")),
+            "completion_tokens": usage.get("completion_tokens", usage.get("output_tokens")),
+            "age_seconds": life.age_seconds if life else None,
+            "age_requests": life.age_requests if life else None,
+            "age_tokens": life.age_tokens if life else None,
+            "detail_json": {k: v for k, v in self.detail.items() if v is not None},
+        }
 
     def log(self) -> None:
         """One line per request: at debug when it went well, at info otherwise."""

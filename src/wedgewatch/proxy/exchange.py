@@ -1,4 +1,7 @@
-"""One generation request through the proxy, from the client's body to its row.
+"""One generation request through the proxy, from the client's body to its row. It is long because
+a request's life is one idea that every ending must see whole: the body, the upstream's answer
+judged event by event, the watchdog's timer, and each way it can end (ok, a stall, a fault of the
+reply, the client gone), each writing its row before the client's last byte.
 
 The upstream is always asked for a stream. A streaming client gets each SSE event's ``data`` bytes
 unchanged, framed afresh and written once per upstream read; nothing is sent before the first token,
@@ -20,17 +23,29 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from wedgewatch.base.clock import Timer
+from wedgewatch.base.errors import FrameTooLarge
 from wedgewatch.base.protocols import Upstream
-from wedgewatch.base.vocab import CLIENT_DISCONNECT, CLIENT_ERROR, CONNECTION, OK, upstream_http
+from wedgewatch.base.vocab import (
+    CLIENT_DISCONNECT,
+    CLIENT_ERROR,
+    CLIENT_SLOW_BODY,
+    CONNECTION,
+    OK,
+    REPLY_NOT_API,
+    REPLY_TOO_LARGE,
+    STREAM_UNFINISHED,
+    upstream_http,
+)
 from wedgewatch.proxy.arrival import Arrival
 from wedgewatch.proxy.body import Refused, rewrite
 from wedgewatch.proxy.deadlines import Stall, Watch
 from wedgewatch.proxy.dialects import make_relay
 from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat import StreamRelay, decode
-from wedgewatch.proxy.dialects.chat_bytes import error_outcome
+from wedgewatch.proxy.dialects.chat_bytes import snippet
 from wedgewatch.proxy.ending import Ending
 from wedgewatch.proxy.http import REQUEST_ID_HEADER, error_object, error_response, forward_headers
+from wedgewatch.proxy.replies import error_verdict, read_capped, whole_body
 from wedgewatch.proxy.shared import Shared
 from wedgewatch.proxy.upstream import post
 from wedgewatch.wire.sse import SSEParser
@@ -43,11 +58,6 @@ _UPSTREAM_FAILED = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
 
 class _Stalled(Exception):
     """Internal: the watchdog closed the upstream connection."""
-
-
-def _snippet(data: bytes, limit: int = 300) -> str:
-    text = data.decode("utf-8", "replace").strip().replace("\n", " ")
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class Exchange:
@@ -139,8 +149,38 @@ class Exchange:
             if self._resp is not None:
                 self._resp.release()
 
+    async def _read_body(self) -> bytes | None:
+        """The client's whole body, or None when it did not come within ``body_timeout`` (the
+        clock's timer cancels the read, so a test can drive it on a manual clock)."""
+        reading = asyncio.ensure_future(self.request.read())
+        late: list[bool] = []
+
+        def give_up() -> None:
+            late.append(True)
+            reading.cancel()
+
+        timer = self.ctx.clock.call_later(self.ctx.cfg.body_timeout, give_up)
+        try:
+            return await reading
+        except asyncio.CancelledError:
+            if late:
+                return None
+            reading.cancel()
+            raise
+        finally:
+            timer.cancel()
+
     async def _run(self) -> web.StreamResponse:
-        asked = rewrite(await self.request.read(), usage_option=self.kind in ("chat", "completion"))
+        raw = await self._read_body()
+        if raw is None:
+            msg = f"the client did not send its whole body within {self.ctx.cfg.body_timeout:g} s"
+            await self._end(CLIENT_SLOW_BODY, 408, {"error": msg})
+            late = error_response(
+                408, error_object("invalid_request_error", CLIENT_SLOW_BODY, msg), self.request_id
+            )
+            late.force_close()  # the rest of the body may still come: it is no next request
+            return late
+        asked = rewrite(raw, usage_option=self.kind in ("chat", "completion"))
         if isinstance(asked, Refused):
             await self._end(CLIENT_ERROR, 400, {"error": asked.message})
             return error_response(
@@ -153,6 +193,9 @@ class Exchange:
             self.arrival.hash_body(asked.body)
         if self.arrival.unavailable is not None:
             return await self._fail(CONNECTION, 502, "upstream_error", self.arrival.unavailable)
+        # The deadlines start now, as the upstream gets the request: time the client took to send
+        # its body, or the proxy waited for a ready server, is not the server's to answer for.
+        self.watch.start = self.ctx.clock()
         self._arm(self.watch.deadline()[0])
         try:
             resp = await self._open(payload)
@@ -191,22 +234,39 @@ class Exchange:
             raise _Stalled
         return self._resp
 
+    async def _whole(self, resp: aiohttp.ClientResponse) -> bytes | None:
+        """The upstream's whole body, capped (``max_body_bytes``): None past the cap."""
+        data = await read_capped(resp, self.ctx.cfg.max_body_bytes)
+        if data is not None and data:
+            self.watch.progress(self.ctx.clock())
+        return data
+
+    def _too_large(self, what: str) -> str:
+        return f"the upstream sent {what} of more than {self.ctx.cfg.max_body_bytes} bytes"
+
     async def _upstream_status(self, resp: aiohttp.ClientResponse) -> web.StreamResponse:
-        data = await resp.read()
+        data = await read_capped(resp, self.ctx.cfg.max_body_bytes)
+        if data is None:
+            return await self._fail(REPLY_TOO_LARGE, 502, "upstream_error", self._too_large("an error body"))
         if resp.status < 500:
             # The client's fault: the upstream's answer goes back unchanged.
-            await self._end(CLIENT_ERROR, resp.status, {"error": _snippet(data)})
+            await self._end(CLIENT_ERROR, resp.status, {"error": snippet(data)})
             headers = forward_headers(resp.headers, drop=("content-encoding",))
             headers[REQUEST_ID_HEADER] = self.request_id
             return web.Response(status=resp.status, body=data, headers=headers)
-        msg = f"upstream answered HTTP {resp.status}: {_snippet(data)}"
+        msg = f"upstream answered HTTP {resp.status}: {snippet(data)}"
         return await self._fail(upstream_http(resp.status), resp.status, "upstream_error", msg)
 
     async def _plain(self, resp: aiohttp.ClientResponse) -> web.StreamResponse:
-        """An upstream that ignored ``stream: true``: its one answer goes back as it is."""
-        data = await resp.read()
-        if data:
-            self.watch.progress(self.ctx.clock())
+        """An upstream that ignored ``stream: true``: its one answer goes back as it is, when it
+        is the API's answer; anything else (an HTML page, text, other JSON) is the server's fault."""
+        data = await read_capped(resp, self.ctx.cfg.max_body_bytes)
+        if data is None:
+            return await self._fail(REPLY_TOO_LARGE, 502, "upstream_error", self._too_large("a body"))
+        fault = whole_body(self.kind, resp.headers.get("Content-Type", ""), data)
+        if fault is not None:
+            return await self._fail(fault[0], 502, "upstream_error", fault[1])
+        self.watch.progress(self.ctx.clock())
         self.relay.done = True
         obj = decode(data)
         self.relay.usage = obj.get("usage") if obj is not None else None
@@ -218,7 +278,7 @@ class Exchange:
     # --- streaming ----------------------------------------------------------------------------
 
     async def _stream(self, resp: aiohttp.ClientResponse) -> web.StreamResponse:
-        parser = SSEParser()
+        parser = SSEParser(self.ctx.cfg.max_frame_bytes)
         content = resp.content
         clock = self.ctx.clock
         relay = self.relay
@@ -234,19 +294,28 @@ class Exchange:
                 if not relay.done:
                     raise
                 chunk = b""
-            if chunk:
-                events = parser.feed(chunk)
-            else:
-                eof = True
-                events = parser.close()
+            try:
+                if chunk:
+                    events = parser.feed(chunk)
+                else:
+                    eof = True
+                    events = parser.close()
+            except FrameTooLarge as exc:
+                return await self._fail(
+                    REPLY_TOO_LARGE, 502, "upstream_error", f"the upstream's stream sent {exc}"
+                )
             now = clock()
             had_tokens = self.watch.tokens
             if not self.client_stream:
                 relay.assemble(events, now)
+                if relay.fault is not None:
+                    return await self._fail(relay.fault[0], 502, "upstream_error", relay.fault[1])
                 if not had_tokens and self.watch.tokens:
                     self._rearm()
                 continue
             frames = relay.frames(events, now, self.out is not None, eof)
+            if relay.fault is not None:
+                return await self._fail(relay.fault[0], 502, "upstream_error", relay.fault[1])
             if not had_tokens and self.watch.tokens:
                 self._rearm()
             if self.out is None:
@@ -271,7 +340,10 @@ class Exchange:
             return await self._in_stream_error()
         if not relay.done and relay.finish is None:
             msg = f"the upstream stream ended without {relay.END} after {self.watch.tokens} tokens"
-            return await self._fail(CONNECTION, 502, "upstream_error", msg)
+            return await self._fail(STREAM_UNFINISHED, 502, "upstream_error", msg)
+        if not relay.answered:
+            msg = f"the upstream stream ended with {relay.END} but held no answer"
+            return await self._fail(REPLY_NOT_API, 502, "upstream_error", msg)
         return await self._ok()
 
     async def _begin(self) -> web.StreamResponse:
@@ -314,13 +386,15 @@ class Exchange:
         """A hung-up client's row: the upstream's in-stream error if one came (the SDK raises on it
         and closes at once), else ok when the answer was whole, else client_disconnect."""
         if self.relay.error is not None:
-            outcome, _, message = error_outcome(self.relay.error)
+            outcome, _, message = error_verdict(
+                self.relay.error, self.out is not None or self.watch.tokens > 0
+            )
             return outcome, 200, {"error": message}
         return (OK if self.relay.done else CLIENT_DISCONNECT), None, {}
 
     async def _in_stream_error(self) -> web.StreamResponse:
         err = self.relay.error or {}
-        outcome, code, message = error_outcome(err)
+        outcome, code, message = error_verdict(err, self.out is not None or self.watch.tokens > 0)
         if self.out is not None:
             # Already forwarded as the stream's last data line; the SDK raises on it.
             await self._end(outcome, 200, {"error": message})
@@ -329,11 +403,12 @@ class Exchange:
             except _CLIENT_GONE:
                 pass
             return self.out
-        if code < 500:
+        if outcome == CLIENT_ERROR:  # the request's own fault, as the server said it
             await self._end(outcome, code, {"error": message})
             return error_response(code, err, self.request_id)
+        # The server's failure: never a 4xx, which would tell the client its request was wrong.
         msg = f"upstream sent an error in its stream after {self.watch.tokens} tokens: {message}"
-        return await self._fail(outcome, code, "upstream_error", msg)
+        return await self._fail(outcome, code if code >= 500 else 502, "upstream_error", msg)
 
     async def _stalled(self) -> web.StreamResponse:
         stall = self.stall

@@ -1,4 +1,4 @@
-"""Request outcomes, and where request rows go (the ledger's ``requests`` table or JSONL).
+"""Where request rows go (the ledger's ``requests`` table or JSONL); ``ending.Ending.row`` makes them.
 
 Rows are group-committed: every request that ends while a write is in progress joins the next
 batch, so a busy proxy pays one SQLite transaction per batch, not per request, and the event loop
@@ -15,53 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wedgewatch.base.protocols import LifeInfo
 from wedgewatch.ledger import Ledger
-from wedgewatch.proxy.deadlines import Watch
 
 log = logging.getLogger(__name__)
-
-
-def request_row(
-    *,
-    request_id: str,
-    attempt_id: str | None,
-    life: LifeInfo | None,
-    path: str,
-    model: str | None,
-    client_stream: bool,
-    started_at: float,
-    watch: Watch,
-    duration: float,
-    outcome: str,
-    http_status: int | None,
-    usage: Any,
-    detail: Mapping[str, Any],
-) -> dict[str, Any]:
-    """One row of the ledger's ``requests`` table (ledger/schema.py); JSONL rows are the same."""
-    usage = usage if isinstance(usage, dict) else {}
-    return {
-        "request_id": request_id,
-        "attempt_id": attempt_id,
-        "life_id": life.life_id if life else None,
-        "path": path,
-        "model": model,
-        "client_stream": int(client_stream),
-        "started_at": started_at,
-        "ttft": watch.ttft,
-        "tokens_out": watch.tokens,
-        "max_gap": watch.max_gap if watch.tokens > 1 else None,
-        "duration": duration,
-        "outcome": outcome,
-        "http_status": http_status,
-        # Chat and completions name them so; the Responses API input_tokens and output_tokens.
-        "prompt_tokens": usage.get("prompt_tokens", usage.get("input_tokens")),
-        "completion_tokens": usage.get("completion_tokens", usage.get("output_tokens")),
-        "age_seconds": life.age_seconds if life else None,
-        "age_requests": life.age_requests if life else None,
-        "age_tokens": life.age_tokens if life else None,
-        "detail_json": {k: v for k, v in detail.items() if v is not None},
-    }
 
 
 class RecordSink:

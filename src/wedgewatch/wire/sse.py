@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from wedgewatch.base.errors import FrameTooLarge
+
 DONE = b"[DONE]"
 
 
@@ -34,15 +36,28 @@ class SSEEvent:
         return json.loads(self.data)
 
 
+MAX_FRAME = 16 * 1024**2
+"""Bytes of one line, and of one event's data, the parser holds before it gives up (the proxy's
+``max_frame_bytes`` default): far past any real chunk, far below what would hurt."""
+
+
 class SSEParser:
-    """Feed bytes as they arrive; get complete events back."""
+    """Feed bytes as they arrive; get complete events back. A line or an event's data longer than
+    ``max_frame`` raises ``FrameTooLarge`` and drops what was held, so a stream that never sends a
+    newline costs at most ``max_frame`` bytes."""
 
-    __slots__ = ("_after_cr", "_buf", "_current")
+    __slots__ = ("_after_cr", "_buf", "_current", "_max")
 
-    def __init__(self) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self._buf = b""
         self._current = SSEEvent()
         self._after_cr = False
+        self._max = max_frame
+
+    def _too_large(self, what: str, size: int) -> FrameTooLarge:
+        self._buf = b""
+        self._current = SSEEvent()
+        return FrameTooLarge(f"an SSE {what} of more than {self._max} bytes ({size} held)")
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         if self._after_cr and chunk[:1] == b"\n":
@@ -62,6 +77,8 @@ class SSEParser:
             self._line(buf[start:nl], events)
             start = nl + 1
         self._buf = buf[start:]
+        if len(self._buf) > self._max:
+            raise self._too_large("line", len(self._buf))
         return events
 
     def close(self) -> list[SSEEvent]:
@@ -88,6 +105,8 @@ class SSEParser:
             value = value[1:]
         if name == b"data":
             cur.data = value if cur.data is None else cur.data + b"\n" + value
+            if len(cur.data) > self._max:
+                raise self._too_large("event", len(cur.data))
         elif name == b"event":
             cur.event = value.decode("utf-8", "replace")
         # id: and retry: mean nothing to an LLM stream; ignored as the spec allows.

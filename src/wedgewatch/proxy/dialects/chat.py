@@ -16,9 +16,18 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+from wedgewatch.base.vocab import REPLY_NOT_API, REPLY_NOT_JSON
 from wedgewatch.proxy.deadlines import Watch
 from wedgewatch.proxy.dialects.assemble import Assembler, Kind
-from wedgewatch.proxy.dialects.chat_bytes import finish_reason, has_usage, is_error, is_progress, progress_of
+from wedgewatch.proxy.dialects.chat_bytes import (
+    finish_reason,
+    has_usage,
+    is_error,
+    is_object,
+    is_progress,
+    progress_of,
+    snippet,
+)
 from wedgewatch.wire.sse import DONE, SSEEvent, encode_data
 
 # The fields of a chunk every OpenAI-compatible server sends; the rest are the server's own.
@@ -36,8 +45,12 @@ def decode(data: bytes) -> dict[str, Any] | None:
 
 
 class StreamRelay(Protocol):
-    """One request's reading of its upstream stream: chat and completions (``Relay``) or the
-    Responses API (``responses.ResponsesRelay``)."""
+    """One request's reading of its upstream stream: chat and completions (``Relay``), the
+    Responses API (``responses.ResponsesRelay``) or the Messages API (``messages.AnthropicRelay``).
+
+    Every reply is judged: ``fault`` is set (outcome, message) at the first event that is not a
+    well-formed part of the API's answer, and ``answered`` says whether any part of an answer came.
+    The exchange ends the request as the server's failure on either."""
 
     END: str  # what ends a whole stream, for the message of a cut one
     want_usage: bool
@@ -45,6 +58,10 @@ class StreamRelay(Protocol):
     finish: str | None
     usage: dict[str, Any] | None
     error: dict[str, Any] | None
+    fault: tuple[str, str] | None
+
+    @property
+    def answered(self) -> bool: ...
 
     def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool) -> list[bytes]: ...
     def assemble(self, events: list[SSEEvent], now: float) -> None: ...
@@ -54,7 +71,19 @@ class StreamRelay(Protocol):
 
 
 class Relay:
-    __slots__ = ("asm", "done", "error", "finish", "kept", "kind", "usage", "want_usage", "watch")
+    __slots__ = (
+        "asm",
+        "chunks",
+        "done",
+        "error",
+        "fault",
+        "finish",
+        "kept",
+        "kind",
+        "usage",
+        "want_usage",
+        "watch",
+    )
 
     END = "[DONE]"
 
@@ -68,6 +97,16 @@ class Relay:
         self.usage: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None  # an error object the upstream sent in its stream
         self.kept: bytes | None = None  # a finish chunk's data, kept back for the usage chunk's extras
+        self.fault: tuple[str, str] | None = None  # the first malformed event: (outcome, message)
+        self.chunks = 0  # chunks with choices: parts of an answer
+
+    @property
+    def answered(self) -> bool:
+        return self.chunks > 0
+
+    def _malformed(self, outcome: str, data: bytes, why: str) -> None:
+        if self.fault is None:
+            self.fault = (outcome, f"the upstream's stream {why}: {snippet(data)}")
 
     def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool) -> list[bytes]:
         """A streaming client's events: classify each and return the frames to forward (SSE
@@ -82,17 +121,26 @@ class Relay:
                 continue
             if data == DONE:
                 self.done = True
+            elif not is_object(data):
+                self._malformed(REPLY_NOT_JSON, data, "sent a data line that is not JSON")
+                break
             elif is_progress(data):
                 self.watch.progress(now)
+                self.chunks += 1
             elif is_error(data):
                 self.error = decode(data) or {"error": {}}
-            elif has_usage(data):
-                obj = decode(data)
-                if obj is not None:
-                    self.usage = obj.get("usage")
-                    if not self.want_usage and not obj.get("choices"):
-                        self._extras(obj)
-                        continue  # the client did not ask for the usage-only chunk
+            elif b'"choices"' not in data and not has_usage(data):
+                self._malformed(REPLY_NOT_API, data, "sent a chunk without choices")
+                break
+            else:
+                self.chunks += 1
+                if has_usage(data):
+                    obj = decode(data)
+                    if obj is not None:
+                        self.usage = obj.get("usage")
+                        if not self.want_usage and not obj.get("choices"):
+                            self._extras(obj)
+                            continue  # the client did not ask for the usage-only chunk
             frames += self.release()
             fr = finish_reason(data)
             if fr is not None:
@@ -132,10 +180,15 @@ class Relay:
                 continue
             obj = decode(data)
             if obj is None:
-                continue
+                self._malformed(REPLY_NOT_JSON, data, "sent a data line that is not JSON")
+                return
             if "error" in obj:
                 self.error = obj
                 continue
+            if not isinstance(obj.get("choices"), list) and not isinstance(obj.get("usage"), dict):
+                self._malformed(REPLY_NOT_API, data, "sent a chunk without choices")
+                return
+            self.chunks += 1
             if progress_of(obj):
                 self.watch.progress(now)
             asm.feed(obj)

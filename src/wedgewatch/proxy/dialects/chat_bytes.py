@@ -15,12 +15,26 @@ import json
 import re
 from typing import Any
 
-from wedgewatch.base.vocab import CLIENT_ERROR, upstream_http
-
 # Keys whose non-empty string value is generated text. "reasoning" is vLLM >= 0.10's new name.
 _TEXT_KEYS = (b'"content":"', b'"reasoning_content":"', b'"reasoning":"', b'"text":"')
 # Any JSON spacing: the finish chunk is one per choice, so a regex costs nothing that matters.
 _FINISH = re.compile(rb'"finish_reason"\s*:\s*"([^"]*)"')
+
+
+def snippet(data: bytes, limit: int = 300) -> str:
+    """The start of a payload as one line of text, for an error message or a row."""
+    text = data[: limit * 4].decode("utf-8", "replace").strip().replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def is_object(data: bytes) -> bool:
+    """Does this ``data:`` payload look like one JSON object? Its first and last bytes are enough to
+    tell a well-formed chunk from an HTML page, plain text or a cut line (each a fault of the
+    reply); decoding every chunk to be sure would cost the hot path for no real case more."""
+    if data[:1] == b"{" and data[-1:] == b"}":
+        return True
+    stripped = data.strip()
+    return stripped[:1] == b"{" and stripped[-1:] == b"}"
 
 
 def is_error(data: bytes) -> bool:
@@ -91,11 +105,3 @@ def error_code(obj: Any) -> int:
             if isinstance(v, str) and v.isdigit() and 400 <= int(v) <= 599:
                 return int(v)
     return 500
-
-
-def error_outcome(obj: Any) -> tuple[str, int, str | None]:
-    """An in-stream error object as a row: its outcome (the client's under 500), code and message."""
-    code = error_code(obj)
-    err = obj.get("error") if isinstance(obj, dict) else None
-    message = err.get("message") if isinstance(err, dict) else None
-    return (CLIENT_ERROR if code < 500 else upstream_http(code)), code, message

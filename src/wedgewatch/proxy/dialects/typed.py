@@ -14,10 +14,12 @@ import re
 from abc import ABC, abstractmethod
 from typing import Any
 
+from wedgewatch.base.vocab import REPLY_NOT_API, REPLY_NOT_JSON
 from wedgewatch.proxy.deadlines import Watch
 from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat import comment_frame
-from wedgewatch.wire.sse import SSEEvent
+from wedgewatch.proxy.dialects.chat_bytes import is_object, snippet
+from wedgewatch.wire.sse import DONE, SSEEvent
 
 _TYPE = re.compile(rb'"type"\s*:\s*"([A-Za-z_.]+)"')
 
@@ -49,7 +51,7 @@ def has_text(value: Any) -> bool:
 class TypedRelay(ABC):
     """``relay.StreamRelay`` over a stream of typed events."""
 
-    __slots__ = ("done", "error", "finish", "usage", "want_usage", "watch")
+    __slots__ = ("done", "error", "events", "fault", "finish", "usage", "want_usage", "watch")
 
     END = "its last event"
 
@@ -60,6 +62,32 @@ class TypedRelay(ABC):
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
+        self.fault: tuple[str, str] | None = None  # the first malformed event: (outcome, message)
+        self.events = 0  # well-formed events of the API seen
+
+    @property
+    def answered(self) -> bool:
+        """Whether any event of the API's answer came (a stream of nothing but ``[DONE]`` is no
+        answer)."""
+        return self.events > 0
+
+    def _judge(self, ev: SSEEvent) -> bool:
+        """Whether ``ev`` (which has data) is well-formed: one JSON object with a ``type`` (every
+        event of both APIs carries one), or chat's ``[DONE]``, which some gateways add. The first
+        that is not becomes ``fault``."""
+        data = ev.data or b""
+        if data == DONE:
+            return True
+        if is_object(data) and b'"type"' in data:
+            self.events += 1
+            return True
+        if not is_object(data):
+            outcome, why = REPLY_NOT_JSON, "sent a data line that is not JSON"
+        else:
+            outcome, why = REPLY_NOT_API, f"sent an event without a type ({ev.event or 'unnamed'})"
+        if self.fault is None:
+            self.fault = (outcome, f"the upstream's stream {why}: {snippet(data)}")
+        return False
 
     @abstractmethod
     def _see(self, ev: SSEEvent, now: float, assembling: bool) -> None:
@@ -73,6 +101,8 @@ class TypedRelay(ABC):
                 if begun and ev.comments:
                     frames.append(comment_frame(ev.comments))
                 continue
+            if not self._judge(ev):
+                break
             self._see(ev, now, False)
             frames.append(frame(ev))
         return frames
@@ -80,6 +110,8 @@ class TypedRelay(ABC):
     def assemble(self, events: list[SSEEvent], now: float) -> None:
         for ev in events:
             if ev.data is not None:
+                if not self._judge(ev):
+                    return
                 self._see(ev, now, True)
 
     def release(self) -> list[bytes]:
