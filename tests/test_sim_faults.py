@@ -10,7 +10,8 @@ import httpx
 import openai
 import pytest
 
-from test_sim_support import Stream, chat_body, client, gauge, stats, wait_for
+from test_sim_support import Stream, chat_body, client, gauge, stats
+from wedgewatch.testing import eventually
 from wedgewatch.wire.promtext import parse as parse_metrics
 
 
@@ -22,7 +23,7 @@ def test_stall_ttft_holds_the_stream_and_a_disconnect_aborts(start_sim) -> None:
     assert st.content() == []
     assert stats(s.url)["in_flight"] == 1 and gauge(s.url, "vllm:num_requests_running") == 1
     st.close()
-    wait_for(lambda: stats(s.url)["aborted"] == 1)
+    eventually(lambda: stats(s.url)["aborted"] == 1)
     assert gauge(s.url, "vllm:num_requests_running") == 0
     m = parse_metrics(httpx.get(s.url + "/metrics").text)
     assert m.total("vllm:request_success_total", finished_reason="abort") == 1
@@ -31,7 +32,7 @@ def test_stall_ttft_holds_the_stream_and_a_disconnect_aborts(start_sim) -> None:
         client(s.url, timeout=0.5).chat.completions.create(
             model="sim-model", messages=[{"role": "user", "content": "STALL-TTFT"}]
         )
-    wait_for(lambda: stats(s.url)["aborted"] == 2)
+    eventually(lambda: stats(s.url)["aborted"] == 2)
 
 
 def test_stall_after_trickle_http_error_drop(start_sim) -> None:  # type: ignore[no-untyped-def]
@@ -44,7 +45,9 @@ def test_stall_after_trickle_http_error_drop(start_sim) -> None:  # type: ignore
     st = Stream(s.url, chat_body("TRICKLE", max_tokens=8))
     assert st.read() == "done" and len(st.content()) == 8
     took = time.monotonic() - t0
-    assert 0.3 < took < 2.0  # 8 tokens at 2 x 10 tokens/s: 0.35 s (healthy would take 0.02 s)
+    # 8 tokens at 2 x 10 tokens/s take 0.35 s at least (healthy would take 0.02 s). The pace is the
+    # subject, and only its lower bound is asserted: a busy machine can only add to it.
+    assert took > 0.3
     st.close()
 
     c = client(s.url)
@@ -63,7 +66,7 @@ def test_stall_after_trickle_http_error_drop(start_sim) -> None:  # type: ignore
             if ch.choices and ch.choices[0].delta.content:
                 got.append(ch.choices[0].delta.content)
     assert len(got) == 3
-    wait_for(lambda: stats(s.url)["dropped"] == 1)
+    eventually(lambda: stats(s.url)["dropped"] == 1)
     info = stats(s.url)
     assert info["http_errors"] == 2 and info["faults"]["trickle"] == 1 and info["completed"] == 1
     # the server itself is fine
@@ -86,14 +89,12 @@ def test_pings_on_a_stalled_stream(start_sim) -> None:  # type: ignore[no-untype
     s = start_sim("--scenario", "stall-all", "--sse-ping-interval", "1", "--time-scale", "10")
     st = Stream(s.url, chat_body("anything"), read_timeout=2.0)
     # Read until three pings came (a busy machine delays them; a fixed 0.55 s window once saw
-    # two), then check they came no faster than one every 0.1 s.
+    # two), then check they came no faster than one every 0.1 s: the ping interval is the subject,
+    # and a busy machine can only make the count per second lower.
     t0 = time.monotonic()
-    while sum(len(e.comments) for e in st.events) < 3 and time.monotonic() - t0 < 5.0:
-        st.read(0.1)
+    st.read_until(lambda: st.pings() >= 3, what="three pings")
     elapsed = time.monotonic() - t0
-    pings = sum(len(e.comments) for e in st.events)
-    assert pings >= 3, f"{pings} pings in {elapsed:.2f} s"
-    assert pings <= elapsed / 0.1 + 2  # one every 0.1 s, not more
+    assert st.pings() <= elapsed / 0.1 + 2, f"{st.pings()} pings in {elapsed:.2f} s"
     assert st.content() == []
     st.close()
 
@@ -160,15 +161,12 @@ def test_queued_request_gets_pings_and_leaves_the_queue(start_sim) -> None:  # t
         "--scenario", "stall-all", "--max-num-seqs", "1", "--sse-ping-interval", "1", "--time-scale", "10"
     )
     holder = Stream(s.url, chat_body("first"), read_timeout=2.0)
-    wait_for(lambda: gauge(s.url, "vllm:num_requests_running") == 1)  # the holder has the slot
+    eventually(lambda: gauge(s.url, "vllm:num_requests_running") == 1)  # the holder has the slot
     queued = Stream(s.url, chat_body("second"), read_timeout=2.0)
-    t0 = time.monotonic()  # until two pings came: a fixed window is too short on a busy machine
-    while sum(len(e.comments) for e in queued.events) < 2 and time.monotonic() - t0 < 5.0:
-        queued.read(0.1)
-    assert sum(len(e.comments) for e in queued.events) >= 2  # pings while waiting for a slot
+    queued.read_until(lambda: queued.pings() >= 2, what="pings while waiting for a slot")
     assert gauge(s.url, "vllm:num_requests_running") == 1 and gauge(s.url, "vllm:num_requests_waiting") == 1
     queued.close()
-    wait_for(lambda: gauge(s.url, "vllm:num_requests_waiting") == 0)
+    eventually(lambda: gauge(s.url, "vllm:num_requests_waiting") == 0)
     assert stats(s.url)["aborted"] == 1 and gauge(s.url, "vllm:num_requests_running") == 1
     holder.close()
 
@@ -178,7 +176,7 @@ def test_disconnect_mid_stream_aborts_quietly_and_completions_meet_faults(start_
     st = Stream(s.url, chat_body("a long one", max_tokens=2000))
     assert st.read(0.3) == "busy" and st.content()
     st.close()
-    wait_for(lambda: stats(s.url)["aborted"] == 1)
+    eventually(lambda: stats(s.url)["aborted"] == 1)
     assert gauge(s.url, "vllm:num_requests_running") == 0
     with pytest.raises(openai.InternalServerError):
         client(s.url).completions.create(model="sim-model", prompt="please HTTP-500", max_tokens=3)

@@ -8,12 +8,14 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import openai
 
+from wedgewatch.testing import eventually
 from wedgewatch.wire.promtext import parse as parse_metrics
 from wedgewatch.wire.sse import SSEEvent, SSEParser
 
@@ -142,16 +144,22 @@ class Stream:
                     out.append(ch["choices"][0]["delta"]["content"])
         return out
 
+    def pings(self) -> int:
+        """SSE comments (the server's ``: ping``) received so far."""
+        return sum(len(e.comments) for e in self.events)
+
+    def read_until(self, done: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
+        """Read, a tenth of a second at a time, until ``done()`` holds (``eventually``)."""
+
+        def more() -> bool:
+            self.read(0.1)
+            return done()
+
+        eventually(more, timeout=timeout, what=what)
+
     def close(self) -> None:
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self.sock.close()
-
-
-def wait_for(pred: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
