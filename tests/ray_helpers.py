@@ -14,9 +14,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from wedgewatch.testing import eventually
 
 READY = "Ray runtime started"
 START_TIMEOUT = 180.0  # seconds: a loaded 2-core machine has taken 25 to start one
@@ -82,13 +83,15 @@ def _start_head(root: Path) -> RayCluster:
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     cluster = RayCluster(proc, f"127.0.0.1:{port}", log, Path(temp))
-    deadline = time.monotonic() + START_TIMEOUT
-    while READY not in (text := log.read_text(errors="replace")):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            cluster.stop()
-            kind = PortTaken if "Failed to start the grpc server" in text else RuntimeError
-            raise kind(f"ray start did not come up: {text[-3000:]}")
-        time.sleep(0.3)
+    try:  # up, or exited: either ends the wait
+        eventually(lambda: READY in log.read_text(errors="replace") or proc.poll() is not None, START_TIMEOUT)
+    except AssertionError:
+        pass
+    text = log.read_text(errors="replace")
+    if READY not in text:
+        cluster.stop()
+        kind = PortTaken if "Failed to start the grpc server" in text else RuntimeError
+        raise kind(f"ray start did not come up: {text[-3000:]}")
     return cluster
 
 

@@ -5,7 +5,6 @@ earlier row, and a planned recycle drains the attempts in flight instead of kill
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from wedgewatch.config import load_config
 from wedgewatch.ledger import Ledger
 from wedgewatch.runner import entry as runner_main
 from wedgewatch.runner.state import RunContext
+from wedgewatch.testing import eventually_async
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -42,8 +42,7 @@ def test_attempts_killed_by_restarts_keep_the_whole_budget(tmp_path: Path) -> No
     def on_context(ctx: RunContext) -> None:
         async def restart_twice() -> None:
             for need in (2, 1):  # the second restart meets the requeued attempts again
-                while len(ctx.inflight) < need:
-                    await asyncio.sleep(0.02)
+                await eventually_async(lambda n=need: len(ctx.inflight) >= n, timeout=120, what="attempts")
                 killed.extend(ctx.inflight)
                 await ctx.server.members[0].restart("test")  # type: ignore[attr-defined]
 

@@ -70,6 +70,16 @@ def end_rows(ledger: Path, run_id: str) -> dict[str, Any]:
         return {r["attempt_id"]: {**dict(r), "detail": json.loads(r["detail_json"] or "{}")} for r in rows}
 
 
+def _a_worker(ctx: RunContext, but: list[str] | None = None) -> tuple[str, int] | None:
+    """An attempt in flight (not one of ``but``) and the pid of the worker process Ray titled with
+    its task's name, once there is one."""
+    for attempt_id in list(ctx.inflight):
+        pids = titled(f"ray::attempt:{attempt_id}")
+        if pids and attempt_id not in (but or []):
+            return attempt_id, pids[0]
+    return None
+
+
 def test_a_suite_on_ray_ends_as_on_the_local_executor(tmp_path: Path, cluster: RayCluster) -> None:
     before = cluster.processes()
     local = load_config(write_config(tmp_path, skill=0.5, seed=2, ids=IDS[:5], concurrency=2, name="local"))
@@ -114,14 +124,9 @@ def test_a_killed_worker_ends_its_attempt_worker_lost_and_the_instance_is_attemp
         async def kill_a_worker() -> None:
             # From the driver's side: the attempt in flight, and the worker process Ray titled
             # with its task's name.
-            while True:
-                for attempt_id in list(ctx.inflight):
-                    pids = titled(f"ray::attempt:{attempt_id}")
-                    if pids:
-                        os.kill(pids[0], signal.SIGKILL)
-                        seen["killed"] = (attempt_id, pids[0])
-                        return
-                await asyncio.sleep(0.02)
+            attempt_id, pid = await eventually_async(lambda: _a_worker(ctx), timeout=120, what="a worker")
+            os.kill(pid, signal.SIGKILL)
+            seen["killed"] = (attempt_id, pid)
 
         seen["task"] = asyncio.get_running_loop().create_task(kill_a_worker())
 
@@ -156,13 +161,12 @@ def test_an_instance_that_keeps_losing_its_worker_stops_the_run_at_the_limit(
 
     def on_context(ctx: RunContext) -> None:
         async def kill_every_worker() -> None:
-            while True:
-                for attempt_id in list(ctx.inflight):
-                    pids = titled(f"ray::attempt:{attempt_id}")
-                    if pids and attempt_id not in killed:
-                        os.kill(pids[0], signal.SIGKILL)
-                        killed.append(attempt_id)
-                await asyncio.sleep(0.02)
+            while True:  # each attempt's worker, as it comes, until the run stops
+                attempt_id, pid = await eventually_async(
+                    lambda: _a_worker(ctx, but=killed), timeout=600, what="a new worker"
+                )
+                os.kill(pid, signal.SIGKILL)
+                killed.append(attempt_id)
 
         asyncio.get_running_loop().create_task(kill_every_worker())
 

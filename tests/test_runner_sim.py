@@ -29,7 +29,7 @@ from wedgewatch.ledger import Ledger, checks
 from wedgewatch.runner import entry as runner_main
 from wedgewatch.runner.state import RunContext
 from wedgewatch.suites import load_bundled
-from wedgewatch.testing import eventually
+from wedgewatch.testing import eventually, eventually_async
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -157,8 +157,7 @@ def test_a_server_restart_ends_attempts_in_flight_and_requeues_them(tmp_path: Pa
 
     def on_context(ctx: RunContext) -> None:
         async def restart_when_busy() -> None:
-            while len(ctx.inflight) < 2:
-                await asyncio.sleep(0.02)
+            await eventually_async(lambda: len(ctx.inflight) >= 2, timeout=120, what="two attempts")
             seen["in_flight"] = sorted(ctx.inflight)
             seen["old_life"] = ctx.server.life_id
             await ctx.server.members[0].restart("test")  # type: ignore[attr-defined]
@@ -228,7 +227,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_outcomes_and_keeps_every_ro
         eventually(
             lambda: proc.poll() is not None or _attempts(ledger_path) >= started, 60, what="an attempt"
         )
-        time.sleep(delay)
+        time.sleep(delay)  # the subject: a kill at a random moment of the attempt
         assert proc.poll() is None, "the run ended before the kill; the test needs a longer suite"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
