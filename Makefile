@@ -63,7 +63,11 @@ demo: $(STAMP)
 # before). After that day's test changes (CHANGELOG), 4 Dec, fresh clones: 236.6 and 220.3 s
 # (after make check, as CI runs it), 229.9 s rerun, 233.9 and 221.5 s right after the install
 # (about 17 s, before the suite: 3 min 58.7 s for the whole first `make test` of a new clone).
+# The real-vLLM tests (tests/test_vllm_*.py) need vLLM's own environment and the bundled model as
+# safetensors, both cached outside the repository (src/wedgewatch/launchers/vllm_env.py): made here
+# before the suite, once per machine (a few minutes; nothing when cached), outside any test's timeout.
 test: system-tools $(STAMP)
+	$(BIN)/python -m wedgewatch.launchers.vllm provision
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 6 --dist loadgroup $(PYTEST_ARGS)
 
 check: $(STAMP)

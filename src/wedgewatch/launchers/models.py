@@ -68,9 +68,11 @@ def cache_dir() -> Path:
 
 
 @contextmanager
-def _locked(directory: Path) -> Iterator[None]:
+def locked(directory: Path, name: str = ".assemble.lock") -> Iterator[None]:
+    """Hold an exclusive file lock ``directory/name`` (made as needed) for the block: other
+    processes making the same file wait here, then find it made."""
     directory.mkdir(parents=True, exist_ok=True)
-    with (directory / ".assemble.lock").open("a") as handle:
+    with (directory / name).open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -93,7 +95,7 @@ def bundled_model_path(directory: Path | None = None) -> Path:
     # Only a checked, renamed file ever sits at `target`; its size guards against a foreign one.
     if target.is_file() and target.stat().st_size == _expected_size():
         return target
-    with _locked(directory):
+    with locked(directory):
         if target.is_file() and target.stat().st_size == _expected_size():
             return target
         partial = directory / f".{MODEL_FILE}.{os.getpid()}.partial"
@@ -112,7 +114,7 @@ def bundled_chat_template_path(directory: Path | None = None) -> Path:
     target = directory / TEMPLATE_FILE
     if target.is_file() and target.read_text() == GEMMA_TURNS_TEMPLATE:
         return target
-    with _locked(directory):
+    with locked(directory):
         partial = directory / f".{TEMPLATE_FILE}.{os.getpid()}.partial"
         partial.write_text(GEMMA_TURNS_TEMPLATE)
         os.replace(partial, target)

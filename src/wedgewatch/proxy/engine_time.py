@@ -107,7 +107,7 @@ HEARTBEAT_SERIES = (
 )
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
-PREEMPTIONS = ("vllm:num_preemptions_total", "sglang:num_retracted_requests_total")
+PREEMPTIONS = ("vllm:num_preemptions_total", "sglang:num_retracted_reqs")  # SGLang's is a gauge
 
 
 def _first(samples: promtext.Samples, names: tuple[str, ...]) -> float | None:

@@ -173,6 +173,9 @@ class LocalServer:
         pgid = proc.pid  # start_new_session: the leader's pid is the group id
         if proc.poll() is None:
             _kill_group(pgid, signal.SIGTERM)
+            # A stopped process (a SIGSTOPped engine: the wedge we were called for) keeps SIGTERM
+            # pending until it runs again; SIGCONT lets it act on the SIGTERM now.
+            _kill_group(pgid, signal.SIGCONT)
             try:
                 proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
@@ -234,6 +237,7 @@ class AdoptedServer:
                 _kill_group(pgid, sig)
 
         send(signal.SIGTERM)
+        send(signal.SIGCONT)  # a stopped server acts on the SIGTERM only once continued
         deadline = time.monotonic() + grace
         while self.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -22,6 +22,9 @@ HYBRID_SAFE_VLLM = ("--no-enable-prefix-caching", "--enforce-eager")
 """The story's flags: prefix caching off (the Mamba 'align' cache path), CUDA graphs off."""
 
 XLLAMACPP_MODULE = "wedgewatch.launchers.llamacpp"
+VLLM_CPU = "vllm-cpu"
+"""``server.launcher`` of the vllm profile that runs the bundled vLLM-on-CPU launcher."""
+VLLM_CPU_MODULE = "wedgewatch.launchers.vllm"
 BUNDLED_MODEL = "gemma3-270m"
 """The xllamacpp launcher serves its bundled Gemma 3 270M when no model file is named."""
 
@@ -39,7 +42,8 @@ class Profile:
     """Series that change on every engine step, prefill chunks included (docs/supervisor.md
     cites each in its server's source); empty: the server has none and only tokens count."""
     preemptions: str | None = None
-    """Counter of requests sent back to waiting (preempted, retracted)."""
+    """Series of requests sent back to waiting (preempted, retracted): a counter, or SGLang's
+    gauge of the last batch's retractions (a rise is read as that many)."""
     arg_sets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     lora: Callable[[Mapping[str, str]], Argv] | None = None
     concurrency_flags: tuple[str, ...] = ()
@@ -59,7 +63,11 @@ def served_name(cfg: ServerConfig) -> str:
 
 
 def _vllm(cfg: ServerConfig, host: str, port: int) -> Argv:
-    argv = [cfg.launcher or "vllm", "serve", cfg.model, "--host", host, "--port", str(port)]
+    # The CPU launcher takes `vllm serve`'s command line, so only the program differs.
+    program = (
+        [sys.executable, "-m", VLLM_CPU_MODULE] if cfg.launcher == VLLM_CPU else [cfg.launcher or "vllm"]
+    )
+    argv = [*program, "serve", cfg.model, "--host", host, "--port", str(port)]
     if cfg.served_model_name:
         argv += ["--served-model-name", cfg.served_model_name]
     return argv
@@ -133,7 +141,7 @@ _VLLM = Profile(
     arg_sets={"hybrid-safe": HYBRID_SAFE_VLLM},
     lora=_vllm_lora,
     concurrency_flags=("--max-num-seqs",),
-    missing="install vLLM on a GPU machine, or set server.launcher to its `vllm` program",
+    missing=f'install vLLM on a GPU machine, set server.launcher to its `vllm` program, or "{VLLM_CPU}" for vLLM on the CPU',
 )
 
 REGISTRY: dict[str, Profile] = {
@@ -149,7 +157,10 @@ REGISTRY: dict[str, Profile] = {
         # realtime_tokens_total{mode="prefill_compute"} grows with every prefill batch (each
         # chunk), {mode="decode"} with every decode iteration; the other series every few steps.
         heartbeat=("sglang:realtime_tokens_total", "sglang:token_usage"),
-        preemptions="sglang:num_retracted_requests_total",
+        # A gauge (requests retracted by the last decode batch), not a counter: read once on a
+        # real SGLang 0.5.23, which has no `sglang:num_retracted_requests_total`. A rise of it
+        # still counts as movement, and as that many preemptions.
+        preemptions="sglang:num_retracted_reqs",
         arg_sets={"hybrid-safe": ("--disable-radix-cache", "--disable-cuda-graph")},
         lora=_sglang_lora,
         concurrency_flags=("--max-running-requests",),
@@ -240,6 +251,8 @@ def check(cfg: ServerConfig, source: str = "config") -> Profile:
         raise ConfigError(source, "server.url", "the external profile needs the server's URL")
     if cfg.launcher == "xllamacpp" and profile.name != "llamacpp":
         raise ConfigError(source, "server.launcher", "xllamacpp is a launcher of the llamacpp profile")
+    if cfg.launcher == VLLM_CPU and profile.name != "vllm":
+        raise ConfigError(source, "server.launcher", f"{VLLM_CPU} is a launcher of the vllm profile")
     if profile.name == "sim" and not cfg.launcher:
         # Read here, not first by each simulator life: a misspelt scenario otherwise failed every
         # start, restart after restart with backoff, minutes into a run that had already begun.

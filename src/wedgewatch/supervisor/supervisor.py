@@ -37,6 +37,8 @@ from wedgewatch.config import ServerConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.supervisor import profiles
 from wedgewatch.supervisor.drain import drain
+from wedgewatch.supervisor.evidence import capture as capture_evidence
+from wedgewatch.supervisor.evidence import evidence_dir
 from wedgewatch.supervisor.life import Life, api_key
 from wedgewatch.supervisor.policy import RestartPolicy
 from wedgewatch.supervisor.process import UNKNOWN_EXIT, HookServer, log_tail
@@ -383,8 +385,19 @@ class Supervisor:
             "age_requests": age.age_requests,
             "age_tokens": age.age_tokens,
         }
-        self.bus.publish(Wedged(member=self.cfg.name, life_id=life.life_id, evidence=detail))
+        # The proxy releases the life's clients first; then what a bug report needs is kept,
+        # before the restart kills the group, and the wedge event names it (evidence.py).
         self.feed.stopped(detail, life.life_id)
+        if life.log_path is not None and life.owned:
+            detail["evidence"] = await capture_evidence(
+                evidence_dir(life.log_path, life.life_id),
+                life.proc.pid,
+                life.base_url,
+                life.log_path,
+                self.starter.session,
+                self._headers,
+            )
+        self.bus.publish(Wedged(member=self.cfg.name, life_id=life.life_id, evidence=detail))
         log.warning("wedge on %s: %s", life.life_id, {k: v for k, v in evidence.items() if k != "samples"})
         if self.cfg.restart_on_wedge:
             await self._restart("wedge", life)

