@@ -4,7 +4,7 @@ picked by a string from a registry, and anything that fits the protocol can be p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -18,6 +18,17 @@ class LifeInfo:
     age_seconds: float
     age_requests: int
     age_tokens: int
+
+
+ProxyView = Callable[[str], tuple[int, int]]
+"""What the proxy knows of one server life (by life id): the requests it holds waiting on it, and
+the tokens it has relayed from it so far. The supervisor counts the first as work and the second
+as movement, so a wedge is seen even when the server's own gauges read 0 (``Proxy.held_on``)."""
+
+
+def no_proxy(life_id: str) -> tuple[int, int]:
+    """The ``ProxyView`` of a server with no proxy in front: nothing held, nothing relayed."""
+    return 0, 0
 
 
 @runtime_checkable

@@ -110,6 +110,21 @@ class Proxy:
             return len(self._inflight)
         return sum(1 for ex in self._inflight.values() if ex.attempt_id == attempt_id)
 
+    def held_on(self, life_id: str | None) -> tuple[int, int]:
+        """What this proxy knows of one server life (a ``ProxyView``; None: the server nobody
+        supervises): the requests it holds waiting on it, and the tokens it has relayed from it
+        so far. Whoever watches the server counts the first as work and the second as movement,
+        whatever the server's own metrics say."""
+        held = relayed = 0
+        for ex in list(self._inflight.values()):
+            if (ex.life.life_id if ex.life is not None else None) != life_id or ex.ended:
+                continue
+            relayed += ex.watch.tokens
+            if ex.waiting:
+                held += 1
+        done = self._ctx.relayed.get(life_id or "", 0) if self._ctx is not None else 0
+        return held, relayed + done
+
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         # Under the 5 s after which uvicorn (vLLM, SGLang) and llama.cpp close an idle connection,
         # so the proxy seldom writes on one the server is closing.

@@ -118,8 +118,9 @@ def _first(samples: promtext.Samples, names: tuple[str, ...]) -> float | None:
     return None
 
 
-def read_any(samples: promtext.Samples, at: float) -> Reading:
-    """A reading from whichever known series the server exposes."""
+def read_any(samples: promtext.Samples, at: float, held: int = 0, relayed: int = 0) -> Reading:
+    """A reading from whichever known series the server exposes, with what the proxy ``held``
+    on it and ``relayed`` from it."""
     tokens = [v for v in (samples.total(n) for n in TOKEN_SERIES) if v is not None]
     beat = tuple(samples.total(n) for n in HEARTBEAT_SERIES if n in samples)
     return Reading(
@@ -131,6 +132,8 @@ def read_any(samples: promtext.Samples, at: float) -> Reading:
         waiting=_first(samples, WAITING),
         beat=beat,
         preemptions=_first(samples, PREEMPTIONS),
+        held=held,
+        relayed=relayed,
     )
 
 
@@ -150,12 +153,16 @@ class Scraper:
         interval: float,
         clock: Callable[[], float] = time.monotonic,
         busy: Callable[[], bool] = lambda: False,
+        view: Callable[[], tuple[int, int]] = lambda: (0, 0),
     ):
         self.url = url
         self.feed = feed
         self.interval = interval
         self.clock = clock
         self.busy = busy
+        # What the proxy holds on the server and has relayed from it (``Proxy.held_on``): work
+        # and movement in every reading, whatever the server's gauges say.
+        self.view = view
         self._last: Reading | None = None
         self._still_since: float | None = None
         self._fired = False
@@ -207,7 +214,8 @@ class Scraper:
                 try:
                     async with session.get(self.url) as resp:
                         if resp.status == 200:
-                            r = read_any(promtext.parse(await resp.text()), self.clock())
+                            held, relayed = self.view()
+                            r = read_any(promtext.parse(await resp.text()), self.clock(), held, relayed)
                 except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
                     log.debug("metrics scrape of %s failed: %s", self.url, exc)
                 evidence = self.observe(r, self.clock())

@@ -88,6 +88,14 @@ class Exchange:
         self._resp: aiohttp.ClientResponse | None = None
         self._timer: Timer | None = None
         self._ended = False
+        # Waiting on the upstream (its headers or its next bytes), not on the client: what the
+        # supervisor counts as work held on the life (``Proxy.held_on``). A client slow to read
+        # holds the proxy in a write, and a server that has finished is not wedged by it.
+        self.waiting = False
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
 
     # --- the watchdog timer -------------------------------------------------------------------
 
@@ -198,6 +206,7 @@ class Exchange:
         self.watch.start = self.ctx.clock()
         self._arm(self.watch.deadline()[0])
         try:
+            self.waiting = True
             resp = await self._open(payload)
             if resp.status >= 400:
                 return await self._upstream_status(resp)
@@ -286,6 +295,7 @@ class Exchange:
         self._up = forward_headers(resp.headers, drop=("content-encoding",))
         eof = False
         while not eof:
+            self.waiting = not relay.done
             try:
                 chunk = await content.readany()
             except _UPSTREAM_FAILED:
@@ -329,6 +339,7 @@ class Exchange:
                 # [DONE] goes out with the end of the response (one write), once the row is written.
                 self._tail += frames
                 continue
+            self.waiting = False
             try:
                 if self.out is None:
                     self.out = await self._begin()
@@ -444,7 +455,10 @@ class Exchange:
     def _record(self, outcome: str, status: int | None, detail: dict[str, Any]) -> asyncio.Future[None]:
         """Publish the request's event, count it, and queue its row (once)."""
         self._ended = True
+        self.waiting = False
         watch = self.watch
+        life_id = self.life.life_id if self.life is not None else ""  # "": the unsupervised server
+        self.ctx.relayed[life_id] = self.ctx.relayed.get(life_id, 0) + watch.tokens
         duration = self.ctx.clock() - self.t0
         m = self.ctx.metrics
         m.requests.labels(outcome).inc()

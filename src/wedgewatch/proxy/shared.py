@@ -27,6 +27,9 @@ class Shared:
     bus: EventBus
     sink: RecordSink
     metrics: ProxyMetrics
+    # Tokens relayed per server life by requests that have ended (``Proxy.held_on`` adds those in
+    # flight): movement the supervisor counts even when the server's own counters lag.
+    relayed: dict[str, int] = field(default_factory=dict)
     engine: bool = False  # deadlines count engine time (a heartbeat reaches us; proxy/deadlines.py)
     # Request ids: 64 random bits from a generator of our own, seeded from the OS once (not one
     # urandom call per request), and immune to anyone seeding the global ``random``.

@@ -92,6 +92,7 @@ class SimOptions:
     max_model_len: int = 32768
     preload_age: int = 0
     fault_log: str | None = None  # JSONL: one line per request a fault or the wedge struck
+    dialect: str = "vllm"  # whose metric names and health endpoints: vllm, or sglang (sim/sglang.py)
 
 
 class Histogram:
@@ -202,10 +203,12 @@ class Engine:
     def wedged(self) -> bool:
         return self.wedged_at is not None
 
-    def wedge(self, cause: str) -> None:
+    def wedge(self, cause: str, gauges: str = "frozen") -> None:
         if self.wedged_at is None:
             self.sched.flush()
             self.frozen = self.m.snapshot()
+            if gauges == "zero":  # the gauges deny the work the engine holds (vLLM #46811)
+                self.frozen.running = self.frozen.waiting = self.frozen.kv_tokens = 0
             self.wedged_at = time.time()
             self.wedge_cause = cause
             log.warning("engine wedged (%s) at age %d requests", cause, self.age_requests)

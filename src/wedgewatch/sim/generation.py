@@ -193,7 +193,7 @@ class Generation:
                 continue
             done += chunk
             if wedge_after is not None and done >= wedge_after:
-                e.wedge("scripted")
+                e.wedge("scripted", self.fault.gauges if self.fault is not None else "frozen")
                 await self._stall()
 
     async def _sleep_until(self, deadline: float) -> None:
@@ -278,7 +278,10 @@ class Generation:
         fault = self.fault
         self._note(action)
         if action == "wedge" or action == "stochastic_wedge":
-            self.e.wedge("scripted" if action == "wedge" else "stochastic")
+            if action == "wedge":
+                self.e.wedge("scripted", fault.gauges if fault is not None else "frozen")
+            else:
+                self.e.wedge("stochastic")
         elif action == "drop":
             await self._flush()
             self.outcome = "dropped"

@@ -47,6 +47,11 @@ class Fault(_Strict):
     """http_error: the status answered."""
     exit_code: int = Field(1, ge=0, le=255)
     """crash: the process's exit code."""
+    gauges: Literal["frozen", "zero"] = "frozen"
+    """wedge, wedge_in_prefill: what /metrics shows once the engine is wedged. `frozen`: every
+    series as it was at that moment. `zero`: the counters frozen, but the running and waiting
+    gauges and the KV usage read 0, as a capture of vLLM #46811 showed (a wedge the server's own
+    gauges do not admit to)."""
     exit_delay: float = Field(0.0, ge=0)
     """crash: seconds between the server's sockets closing and the process exiting, in which it
     answers nothing and cannot yet be reaped (a server that takes a moment to die); 0 = at once."""

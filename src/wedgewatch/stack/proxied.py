@@ -41,6 +41,7 @@ class ProxiedServer:
         if self.scraper is not None:
             # The proxy's own requests are work the server's gauges may not show (Scraper's doc).
             self.scraper.busy = lambda: self.proxy.in_flight() > 0
+            self.scraper.view = lambda: self.proxy.held_on(None)
 
     async def start(self, host: str, port: int) -> str:
         url = await self.proxy.start(host, port)

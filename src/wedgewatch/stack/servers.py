@@ -54,6 +54,8 @@ class Stack:
         )
         self.watchdog = watchdog
         self._detach = self.pool.attach(self.bus)
+        # The requests the proxy holds on a life are work, whatever its server's gauges say.
+        self.pool.see_proxy(self.proxy.held_on)
         self.proxy_url = ""  # "" when the watchdog is disabled: clients go to the server itself
         self._stopped = False
 

@@ -64,14 +64,14 @@ class WedgeDetector:
         return self._moving
 
     def _work(self, r: Reading) -> bool:
-        return r.has_work() if self.heartbeat else (r.running or 0) > 0
+        return r.has_work() if self.heartbeat else (r.running or 0) > 0 or r.held > 0
 
     def _moved(self, r: Reading, prev: Reading | None) -> bool:
         if prev is None:
             return True
         if self.heartbeat:
             return r.moved_since(prev)
-        return r.tokens != prev.tokens
+        return r.tokens != prev.tokens or r.relayed != prev.relayed
 
     def observe(self, r: Reading) -> dict[str, Any] | None:
         """Feed one reading; returns the wedge evidence the first time the rule holds."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -13,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from wedgewatch.base.protocols import LifeInfo, ServerProcess
+from wedgewatch.base.protocols import LifeInfo, ProxyView, ServerProcess, no_proxy
 from wedgewatch.supervisor import probes
 from wedgewatch.supervisor.detector import WedgeDetector, reduce
 from wedgewatch.supervisor.profiles import Series
@@ -107,15 +108,18 @@ class Life:
         clock: Callable[[], float],
         headers: dict[str, str] | None,
         timeout: float = 2.0,
+        view: ProxyView = no_proxy,
     ) -> tuple[bool, dict[str, Any] | None, str]:
         """One scrape of this life's ``/metrics``: record the watched series, update the age, feed
-        the detector. Returns (scraped, wedge evidence or None, error)."""
+        the detector (with what the proxy, ``view``, holds on this life and relayed from it).
+        Returns (scraped, wedge evidence or None, error)."""
         samples, err = await probes.scrape(session, self.base_url, timeout, headers)
         if samples is None:
             return False, None, err
         now = clock()
         self.last_scrape_ok = now
-        r = reduce(samples, series, now, time.time())
+        held, relayed = view(self.life_id)
+        r = dataclasses.replace(reduce(samples, series, now, time.time()), held=held, relayed=relayed)
         self.reading = r
         if r.generated is not None:
             self.generated = r.generated

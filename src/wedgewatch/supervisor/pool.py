@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from wedgewatch.base.events import EventBus
-from wedgewatch.base.protocols import LifeInfo, Upstream
+from wedgewatch.base.protocols import LifeInfo, ProxyView, Upstream
 from wedgewatch.supervisor.supervisor import Supervisor
 from wedgewatch.wire.heartbeat import Feed
 
@@ -161,6 +161,12 @@ class Pool:
 
     async def stop(self) -> None:
         await asyncio.gather(*(m.stop() for m in self.members), return_exceptions=True)
+
+    def see_proxy(self, view: ProxyView) -> None:
+        """Let every member's watcher read what the proxy holds on its lives (work and
+        movement its server's gauges may not show)."""
+        for m in self.members:
+            m.watcher.view = view
 
     def attach(self, bus: EventBus) -> Callable[[], None]:
         """Every member listens to the proxy's events (each hears those of its own lives)."""

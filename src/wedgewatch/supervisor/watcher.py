@@ -23,6 +23,7 @@ from wedgewatch.base.events import (
     Stalled,
     UpstreamFailed,
 )
+from wedgewatch.base.protocols import ProxyView, no_proxy
 from wedgewatch.config import ServerConfig
 from wedgewatch.supervisor.life import Life
 from wedgewatch.supervisor.policy import RestartPolicy
@@ -62,6 +63,7 @@ class Watcher:
     feed: Feed
     policy: RestartPolicy
     reports: Reports
+    view: ProxyView = no_proxy  # what the proxy in front holds on each life (the Stack sets it)
 
     async def watch(self, life: Life) -> None:
         """Scrape every ``scrape_interval``; a crash, a wedge or a recycle asks for a restart."""
@@ -75,7 +77,9 @@ class Watcher:
             if code is not None:
                 self.reports.crash(life, code)
                 return
-            ok, evidence, err = await life.scrape(session, self.series, self.rec, self.clock, self.headers)
+            ok, evidence, err = await life.scrape(
+                session, self.series, self.rec, self.clock, self.headers, view=self.view
+            )
             now = self.clock()
             if ok and life.reading is not None:
                 self.feed.reading(life.reading, life.life_id)

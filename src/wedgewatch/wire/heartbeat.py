@@ -31,18 +31,31 @@ class Reading:
     waiting: float | None
     beat: tuple[float | None, ...] = ()  # the heartbeat series, in the profile's order
     preemptions: float | None = None  # requests sent back to waiting so far
+    # What the proxy in front knows, whatever the server's gauges say (``ProxyView``): requests it
+    # holds waiting on this server, and tokens it has relayed from it so far.
+    held: int = 0
+    relayed: int = 0
 
     def as_row(self) -> list[Any]:
         return [round(self.wall, 3), self.tokens, self.running, self.waiting]
 
     def has_work(self) -> bool:
-        """Requests running or waiting: a wedged engine stops scheduling, so a queue that only
-        grows while nothing moves is a wedge too."""
-        return (self.running or 0) > 0 or (self.waiting or 0) > 0
+        """Requests running or waiting, or held by the proxy: a wedged engine stops scheduling, so
+        a queue that only grows while nothing moves is a wedge too; and an engine can wedge with
+        its gauges at 0 (vLLM #46811), or never see a request sent while it is stopped, so the
+        requests the proxy holds on it are work whatever the gauges read."""
+        return (self.running or 0) > 0 or (self.waiting or 0) > 0 or self.held > 0
 
     def moved_since(self, prev: Reading) -> bool:
-        """The token counters or the heartbeat changed between ``prev`` and this reading."""
-        return self.tokens != prev.tokens or self.beat != prev.beat or self.preemptions != prev.preemptions
+        """The token counters, the heartbeat or the tokens the proxy relayed changed between
+        ``prev`` and this reading (a server whose counters lag is not still while its streams
+        flow)."""
+        return (
+            self.tokens != prev.tokens
+            or self.beat != prev.beat
+            or self.preemptions != prev.preemptions
+            or self.relayed != prev.relayed
+        )
 
 
 @dataclass(frozen=True, slots=True)
