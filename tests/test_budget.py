@@ -7,23 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from conftest import RunningServer
 from ledger_helpers import add_attempt, dump, make_run, next_actions, outcomes
-from wedgewatch.base.clock import SYSTEM
 from wedgewatch.base.errors import BadInput
-from wedgewatch.base.events import EventBus
 from wedgewatch.base.vocab import SERVER_RESTARTED as REQUEUED
-from wedgewatch.config import Config, ServerConfig, validate
+from wedgewatch.config import Config, ServerConfig, WarmupConfig, validate
 from wedgewatch.ledger import Ledger, queries
 from wedgewatch.runner import resume
-from wedgewatch.supervisor.detector import WedgeDetector
-from wedgewatch.supervisor.drain import drain
-from wedgewatch.supervisor.life import Life
-from wedgewatch.supervisor.recorder import Recorder
+from wedgewatch.supervisor import Supervisor
+from wedgewatch.supervisor.drain import POLL, drain
+from wedgewatch.testing import ManualClock, settle
 
 
 def _row(lg: Ledger, run_id: str, iid: str) -> dict[str, object]:
@@ -106,56 +104,59 @@ def test_raising_the_budget_is_a_change_row_and_rewrites_nothing(tmp_path: Path)
         assert outcomes(lg, "r")["a"] == "infra_failed"  # the new budget runs out like the old
 
 
-class _Sup:
-    """The few things a drain reads of the supervisor (drain.Draining), with a real Recorder."""
-
-    def __init__(self, lg: Ledger, timeout: float, busy: list[int]) -> None:
-        self.cfg = ServerConfig(recycle_drain_timeout=timeout)
-        self.bus = EventBus()
-        Recorder(lg, "r").attach(self.bus)
-        self.busy = lambda: busy[0]
-        self.clock = SYSTEM
-        self.stopping = False
-        self.current: Life | None = None
-
-
-def _a_life() -> Life:
-    return Life("life-x", None, [], "run_start", time.monotonic(), WedgeDetector(5.0))  # type: ignore[arg-type]
-
-
 def _drain_events(lg: Ledger) -> list[tuple[str, dict[str, object]]]:
     rows = lg.query("SELECT kind, detail_json FROM events WHERE kind IN ('drain', 'drained') ORDER BY id")
     return [(r[0], json.loads(r[1])) for r in rows]
 
 
-async def test_a_drain_waits_for_work_up_to_its_deadline_and_stops_at_a_wedge(tmp_path: Path) -> None:
+async def test_a_drain_waits_for_work_up_to_its_deadline_and_stops_at_a_wedge(
+    tmp_path: Path, start_sim: Callable[..., RunningServer]
+) -> None:
+    # The real supervisor on a manual clock, watching a simulator it did not start: the drain's
+    # 30 s deadline and its looks at the work in flight are the clock's, and cost no real second.
+    server, clock = start_sim(), ManualClock()
+    cfg = ServerConfig(
+        profile="external",
+        url=server.url,
+        recycle_drain_timeout=30.0,
+        warmup=WarmupConfig(count=0),
+        log_dir=str(tmp_path / "logs"),
+    )
     with Ledger(tmp_path / "l.sqlite") as lg:
-        busy = [2]
-        sup = _Sup(lg, 0.3, busy)
-        life = sup.current = _a_life()
-        t0 = time.monotonic()
-        await drain(life, "recycle_instances", sup)  # work never finishes: the deadline ends it
-        assert 0.3 <= time.monotonic() - t0 < 2.0 and life.draining
-        assert [k for k, _ in _drain_events(lg)] == ["drain", "drained"]
-        assert _drain_events(lg)[1][1]["left"] == 2
+        sup = Supervisor(cfg, ledger=lg, run_id="r", clock=clock)
+        await sup.start()
+        try:
+            busy = [2]
+            sup.busy = lambda: busy[0]  # as the runner sets it: its attempts in flight
+            life = sup.current
+            assert life is not None
+            draining = asyncio.ensure_future(drain(life, "recycle_instances", sup))
+            await settle()  # the drain has begun: its clock starts now
+            await clock.advance(29.9)  # the work never finishes: only the deadline ends the drain
+            assert not draining.done() and life.draining
+            await clock.advance(0.1 + 2 * POLL)  # its last look may fall a hair short of 30 s
+            await asyncio.wait_for(draining, 10)
+            assert [k for k, _ in _drain_events(lg)] == ["drain", "drained"]
+            drained = _drain_events(lg)[1][1]
+            assert drained["left"] == 2 and 30.0 <= float(str(drained["waited"])) <= 30.0 + 2 * POLL
 
-        sup.cfg = ServerConfig(recycle_drain_timeout=30.0)
-        life = sup.current = _a_life()
-
-        async def finish_then_wedge() -> None:
-            await asyncio.sleep(0.2)
+            draining = asyncio.ensure_future(drain(life, "recycle_tokens", sup))
+            await settle()
+            await clock.advance(0.2)
             busy[0] = 1  # one attempt finished, one is left
-            await asyncio.sleep(0.2)
+            await clock.advance(0.2)
+            assert not draining.done()
             life.wedged = True  # the wedge's own path takes the life down: stop waiting
-
-        t0 = time.monotonic()
-        await asyncio.gather(drain(life, "recycle_tokens", sup), finish_then_wedge())
-        assert time.monotonic() - t0 < 5.0
-        assert _drain_events(lg)[-1][1]["left"] == 1
-        busy[0] = 0
-        n = len(_drain_events(lg))
-        await drain(_a_life(), "recycle_tokens", sup)  # nothing in flight: no drain at all
-        assert len(_drain_events(lg)) == n
+            await clock.advance(POLL)
+            await asyncio.wait_for(draining, 10)
+            drained = _drain_events(lg)[-1][1]
+            assert drained["left"] == 1 and float(str(drained["waited"])) < 1.0  # not the deadline
+            busy[0] = 0
+            n = len(_drain_events(lg))
+            await drain(life, "recycle_tokens", sup)  # nothing in flight: no drain at all
+            assert len(_drain_events(lg)) == n
+        finally:
+            await sup.stop()
 
 
 def test_max_requeues_zero_is_a_harness_without_wedgewatch(tmp_path: Path) -> None:
