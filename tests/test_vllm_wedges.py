@@ -200,7 +200,7 @@ async def test_the_execute_model_timeout_error_event_is_an_upstream_failure(rig:
     assert w.error is not None, "the client saw no error"
     row = the_request(rig, w.life_id)
     assert row["http_status"] == 200 and is_infra_outcome(row["outcome"]), row
-    assert life_row(rig, w.life_id)["end_reason"] in ("crash", "wedge", "api_errors")
+    assert life_row(rig, w.life_id)["end_reason"] in ("crash", "wedge")
     gone(w)
     await served(rig)
 
@@ -210,6 +210,8 @@ async def test_sigkill_of_the_engine_core_is_an_upstream_failure_and_a_new_life(
     assert w.error is not None and w.released < RELEASE_ERROR, (w.error, w.released)
     row = the_request(rig, w.life_id)
     assert row["http_status"] == 200 and is_infra_outcome(row["outcome"]), row
-    assert life_row(rig, w.life_id)["end_reason"] == "crash"
+    # vLLM's API server answers 500 for a moment before it exits: the canary the error event
+    # triggered may fail first (a wedge, source canary), or the exit be seen first (a crash).
+    assert life_row(rig, w.life_id)["end_reason"] in ("crash", "wedge")
     gone(w)
     await served(rig)

@@ -129,6 +129,13 @@ def sim(
         Path | None,
         typer.Option(help="Append one JSON line per request a fault or the wedge struck (the ground truth)."),
     ] = None,
+    dialect: Annotated[
+        str,
+        typer.Option(
+            help="Whose /metrics names and health endpoints: vllm, or sglang (SGLang's series, "
+            "/health_generate, and its frozen scheduler's 503 after 20 s)."
+        ),
+    ] = "vllm",
 ) -> None:
     """An OpenAI-compatible server shaped like vLLM that stalls, trickles, crashes and wedges on
     purpose, by a scripted or stochastic fault model (docs/simulator.md). Unknown vLLM flags are
@@ -171,6 +178,7 @@ def sim(
         max_model_len=max_model_len,
         preload_age=preload_age,
         fault_log=str(fault_log) if fault_log is not None else None,
+        dialect=dialect,
     )
     code = serve(opts, on_listening)
     if code:

@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from wedgewatch import __version__
 from wedgewatch.base.errors import BadInput
+from wedgewatch.sim import sglang
 from wedgewatch.sim.chunks import plan_reply
 from wedgewatch.sim.engine import Engine, SimOptions
 from wedgewatch.sim.faults import RequestKey
@@ -155,8 +156,12 @@ async def anthropic_messages(request: web.Request) -> web.StreamResponse:
 def build_app(engine: Engine) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[ENGINE] = engine
-    app["registry"] = make_registry(engine)
-    app.router.add_get("/health", health)
+    if engine.opts.dialect == "sglang":
+        app["registry"] = sglang.make_registry(engine)
+        app.router.add_routes(sglang.routes(engine))
+    else:
+        app["registry"] = make_registry(engine)
+        app.router.add_get("/health", health)
     app.router.add_get("/version", version)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/metrics", metrics)
@@ -173,6 +178,8 @@ def check_options(opts: SimOptions) -> None:
         raise BadInput("--lora-modules: needs --enable-lora")
     if opts.time_scale <= 0:
         raise BadInput("--time-scale: must be > 0")
+    if opts.dialect not in ("vllm", "sglang"):
+        raise BadInput(f"--dialect: vllm or sglang, not {opts.dialect!r}")
 
 
 async def _serve(opts: SimOptions, scenario: Scenario, on_listening: Callable[[str], None]) -> int:

@@ -1,0 +1,99 @@
+"""The simulator speaking SGLang (``wedgewatch sim --dialect sglang``): SGLang's metric names on
+``/metrics``, and its health endpoints with the frozen-scheduler signature.
+
+Read once off a real SGLang (0.5.23, on a CPU, from a source build) whose scheduler was stopped
+(SIGSTOP) mid-stream: ``/metrics`` still answers, every gauge frozen (``num_running_reqs`` stays
+1); ``/health`` and ``/health_generate`` answer 503 after exactly 20 s (SGLang waits that long for
+the scheduler to answer its health request); ``/v1/models`` answers 200; the stream goes silent.
+The series are the ones that server exposed, among them the gauge ``sglang:num_retracted_reqs``
+(requests retracted by the last batch; there is no ``sglang:num_retracted_requests_total``).
+
+The engine underneath is the same as the vLLM dialect's: its counters are mapped onto SGLang's
+names, and a wedge freezes them the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from wedgewatch.sim.engine import Engine
+
+HEALTH_TIMEOUT = 20.0
+"""Server seconds SGLang's /health and /health_generate wait for the scheduler before a 503
+(divided by --time-scale, as every simulated duration)."""
+LABELS = ["model_name"]
+
+
+class SglangCollector(Collector):
+    """The engine's counters under SGLang's names; frozen once the engine wedges."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        e = self.engine
+        m = e.metrics_view()
+        lv = [e.served_names[0]]
+
+        def gauge(name: str, doc: str, v: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(name, doc, labels=LABELS)
+            g.add_metric(lv, v)
+            return g
+
+        def counter(name: str, doc: str, v: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(name, doc, labels=LABELS)
+            c.add_metric(lv, v)
+            return c
+
+        yield gauge("sglang:num_running_reqs", "The number of running requests.", m.running)
+        yield gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", m.waiting)
+        capacity = e.scenario.server.kv_cache_tokens
+        yield gauge("sglang:token_usage", "The token usage.", min(1.0, m.kv_tokens / capacity))
+        yield gauge("sglang:num_used_tokens", "The number of used tokens.", m.kv_tokens)
+        # A gauge of the last batch's retractions; the simulator's scheduler preempts whole
+        # requests between steps and keeps no per-batch count, so it shows none.
+        yield gauge("sglang:num_retracted_reqs", "The number of retracted requests.", 0)
+        yield counter("sglang:prompt_tokens", "Number of prefill tokens processed.", m.prompt_tokens)
+        yield counter(
+            "sglang:generation_tokens", "Number of generation tokens processed.", m.generation_tokens
+        )
+        realtime = CounterMetricFamily(
+            "sglang:realtime_tokens",
+            "Total number of tokens processed (updated on each log interval).",
+            labels=[*LABELS, "mode"],
+        )
+        realtime.add_metric([*lv, "prefill_compute"], m.prompt_tokens - m.prefix_hits)
+        realtime.add_metric([*lv, "prefill_cache"], m.prefix_hits)
+        realtime.add_metric([*lv, "decode"], m.generation_tokens)
+        yield realtime
+
+
+def make_registry(engine: Engine) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(SglangCollector(engine))
+    return reg
+
+
+async def _health(engine: Engine) -> web.Response:
+    """200 while the scheduler answers; once wedged, SGLang's 503 after its 20 s wait."""
+    if not engine.ready():
+        return web.json_response({}, status=503)
+    if engine.wedged:
+        await asyncio.sleep(HEALTH_TIMEOUT / engine.scale)
+        return web.Response(status=503)
+    return web.Response(status=200)
+
+
+def routes(engine: Engine) -> list[web.RouteDef]:
+    """SGLang's ``/health`` and ``/health_generate`` (both wait on the scheduler)."""
+
+    async def health(request: web.Request) -> web.Response:
+        return await _health(engine)
+
+    return [web.get("/health", health), web.get("/health_generate", health)]
