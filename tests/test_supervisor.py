@@ -23,12 +23,12 @@ from wedgewatch.config import ServerConfig, WarmupConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.supervisor import Supervisor
 from wedgewatch.supervisor.process import group_alive
-from wedgewatch.testing import eventually_async
+from wedgewatch.testing import eventually_async, settle
 
 WINDOW = 1.5
 INTERVAL = 0.25
-# Scrapes and sleeps run late on a loaded 2-core machine; this much slack on top of the bound.
-SLACK = 0.75
+# No test here bounds a latency by the wall clock: how soon a wedge is seen is the detector's rule
+# (tests/test_detection_units.py, on given times) and `wedgewatch bench detection`'s to measure.
 
 
 def config(tmp_path: Path, scenario: str | None = None, **fields: Any) -> ServerConfig:
@@ -56,32 +56,38 @@ def config(tmp_path: Path, scenario: str | None = None, **fields: Any) -> Server
 
 
 class Recorded:
-    """Every event the supervisor publishes, with the monotonic time it arrived."""
+    """Every event the supervisor publishes, in order."""
 
     def __init__(self, bus: EventBus) -> None:
-        self.events: list[tuple[float, Event]] = []
-        bus.subscribe(lambda ev: self.events.append((time.monotonic(), ev)))
+        self.events: list[Event] = []
+        bus.subscribe(self.events.append)
 
     def kinds(self) -> list[str]:
-        return [e.kind for _, e in self.events]
+        return [e.kind for e in self.events]
 
-    async def wait_for(self, kind: str, timeout: float, **detail: Any) -> tuple[float, Event]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for t, ev in self.events:
-                if ev.kind == kind and all(ev.detail.get(k) == v for k, v in detail.items()):
-                    return t, ev
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"no {kind} {detail} within {timeout}s; got {self.kinds()}")
+    def first(self, kind: str, **detail: Any) -> Event | None:
+        return next(
+            (
+                e
+                for e in self.events
+                if e.kind == kind and all(e.detail.get(k) == v for k, v in detail.items())
+            ),
+            None,
+        )
+
+    async def wait_for(self, kind: str, timeout: float, **detail: Any) -> Event:
+        return await eventually_async(
+            lambda: self.first(kind, **detail), timeout, what=f"{kind} {detail} (got {self.kinds()})"
+        )
 
 
 def rows(ledger: Ledger, sql: str, *params: Any) -> list[dict[str, Any]]:
     return [dict(r) for r in ledger.query(sql, params)]
 
 
-async def stream(url: str, text: str, max_tokens: int = 200, timeout: float = 30.0) -> list[float]:
-    """A streamed chat request; returns the monotonic times its content tokens arrived."""
-    times: list[float] = []
+async def stream(url: str, text: str, max_tokens: int = 200, timeout: float = 30.0) -> list[bytes]:
+    """A streamed chat request; returns its lines that carried a token."""
+    times: list[bytes] = []
     body = {
         "model": "sim-model",
         "messages": [{"role": "user", "content": text}],
@@ -97,7 +103,7 @@ async def stream(url: str, text: str, max_tokens: int = 200, timeout: float = 30
         ):
             async for line in r.content:
                 if line.startswith(b"data: {") and b'"content":"' in line and b'"content":""' not in line:
-                    times.append(time.monotonic())
+                    times.append(line)
     except (aiohttp.ClientError, TimeoutError):
         pass  # the server was killed under the request: expected in these tests
     return times
@@ -126,7 +132,7 @@ async def test_fresh_start_is_ready_warmed_and_recorded(tmp_path: Path, ledger: 
         life = sup.life()
         assert life is not None and life.life_id == sup.life_id and life.age_requests == 3
         pid = rows(ledger, "SELECT pid FROM server_lives")[0]["pid"]
-        await asyncio.sleep(3 * INTERVAL)
+        await eventually_async(lambda: len(_sampled(ledger)) >= 3, what="scrapes recorded")
     finally:
         await sup.stop()
     assert not group_alive(pid), "no process of the group is left"
@@ -138,8 +144,12 @@ async def test_fresh_start_is_ready_warmed_and_recorded(tmp_path: Path, ledger: 
     assert len(warmups) == 2 and all(w["ok"] and w["tokens"] == 40 for w in warmups)
     assert row["end_reason"] == "stop" and row["age_requests"] == 3 and row["age_tokens"] == 81
     assert rec.kinds()[:2] == ["server_starting", "server_ready"]
-    names = {r["name"] for r in rows(ledger, "SELECT DISTINCT name FROM metric_samples")}
+    names = _sampled(ledger)
     assert {"vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:num_requests_running"} <= names
+
+
+def _sampled(ledger: Ledger) -> set[str]:
+    return {r["name"] for r in rows(ledger, "SELECT DISTINCT name FROM metric_samples")}
 
 
 WEDGE = """
@@ -156,14 +166,12 @@ async def test_scripted_wedge_is_seen_from_metrics_and_restarted(tmp_path: Path,
     try:
         first = sup.life_id
         client = asyncio.create_task(stream(sup.base_url, "please WEDGE now"))
-        t_wedge, ev = await rec.wait_for("wedge", timeout=WINDOW + 10)
-        _, ready = await _next_ready(rec, first)
+        ev = await rec.wait_for("wedge", timeout=WINDOW + 10)
+        ready = await _next_ready(rec, first)
         seen = await client
         assert len(seen) == 2, "the fault let two tokens through, then nothing"
-        latency = t_wedge - seen[-1]
-        assert latency + 0.05 >= WINDOW, "never before the window"
-        assert latency <= WINDOW + 2 * INTERVAL + SLACK
         assert ev.evidence["source"] == "metrics" and ev.evidence["running"] >= 1
+        assert ev.evidence["flat_seconds"] >= WINDOW, "never before the window"
         assert ready.detail["life_id"] != first and sup.life_id == ready.detail["life_id"]
     finally:
         await sup.stop()
@@ -181,14 +189,11 @@ async def test_scripted_wedge_is_seen_from_metrics_and_restarted(tmp_path: Path,
     assert rec.kinds().index("restart") < len(rec.kinds()) - 1
 
 
-async def _next_ready(rec: Recorded, old: str | None, timeout: float = 20) -> tuple[float, Event]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for t, ev in rec.events:
-            if ev.kind == "server_ready" and ev.detail["life_id"] != old:
-                return t, ev
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"no new life within {timeout}s: {rec.kinds()}")
+async def _next_ready(rec: Recorded, old: str | None, timeout: float = 20) -> Event:
+    def ready() -> Event | None:
+        return next((e for e in rec.events if e.kind == "server_ready" and e.detail["life_id"] != old), None)
+
+    return await eventually_async(ready, timeout, what=f"a new life (got {rec.kinds()})")
 
 
 async def test_health_200_through_a_wedge_does_not_fool_it(tmp_path: Path, ledger: Ledger) -> None:
@@ -220,11 +225,12 @@ async def test_stochastic_wedge_is_detected_and_restarted(tmp_path: Path, ledger
     try:
         first = sup.life_id
         client = asyncio.create_task(stream(sup.base_url, "hello", max_tokens=400))
-        t_wedge, _ = await rec.wait_for("wedge", timeout=WINDOW + 12)
+        ev = await rec.wait_for("wedge", timeout=WINDOW + 12)
         await _next_ready(rec, first)
         seen = await client
         assert seen, "the request got some tokens before the wedge"
-        assert t_wedge - seen[-1] <= WINDOW + 2 * INTERVAL + SLACK
+        assert 0 < len(seen) < 400, "and not all of them: the wedge cut it"
+        assert ev.evidence["source"] == "metrics" and ev.evidence["flat_seconds"] >= WINDOW
     finally:
         await sup.stop()
     lives = rows(ledger, "SELECT start_reason, end_reason FROM server_life_view ORDER BY started_at")
@@ -248,7 +254,7 @@ async def test_crash_is_detected_and_restarted(tmp_path: Path, ledger: Ledger) -
     try:
         first = sup.life_id
         await stream(sup.base_url, "CRASH please")
-        _, crash = await rec.wait_for("crash", timeout=5)
+        crash = await rec.wait_for("crash", timeout=5)
         assert crash.detail["exit_code"] == 3 and crash.detail["life_id"] == first
         await _next_ready(rec, first)
     finally:
@@ -263,10 +269,8 @@ async def test_crash_is_detected_and_restarted(tmp_path: Path, ledger: Ledger) -
 
 async def test_exit_during_startup_gives_up_after_bounded_retries(tmp_path: Path, ledger: Ledger) -> None:
     cfg = config(tmp_path, "[startup]\nexit_code = 3\n", max_restarts=1)
-    t0 = time.monotonic()
     with pytest.raises(ServerStartError) as err:
         await start(cfg, ledger)
-    assert time.monotonic() - t0 < 15
     msg = str(err.value)
     assert "gave up after 1 restarts" in msg and "exited with code 3 during start-up" in msg
     assert "last lines of" in msg
@@ -280,11 +284,10 @@ async def test_exit_during_startup_gives_up_after_bounded_retries(tmp_path: Path
 
 
 async def test_never_ready_hits_the_hard_deadline(tmp_path: Path, ledger: Ledger) -> None:
+    # The deadline itself on the manual clock: test_clock.py. Here, the real server's side of it.
     cfg = config(tmp_path, "[startup]\nunready_seconds = 600\n", startup_timeout=1.5, max_restarts=0)
-    t0 = time.monotonic()
     with pytest.raises(ServerStartError, match=r"not ready after 1.5s \(waiting for /health to answer 200\)"):
         await start(cfg, ledger)
-    assert time.monotonic() - t0 < 1.5 + 8
     (life,) = rows(ledger, "SELECT pid, end_reason FROM server_life_view")
     assert life["end_reason"] == "start_failed" and not group_alive(life["pid"])
 
@@ -294,11 +297,9 @@ async def test_busy_port_is_a_clear_error_not_a_hang(tmp_path: Path, ledger: Led
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        t0 = time.monotonic()
         with pytest.raises(PortBusyError, match=f"port {port} on 127.0.0.1 is already in use"):
             await start(config(tmp_path, port=port), ledger)
-        assert time.monotonic() - t0 < 2
-    assert rows(ledger, "SELECT * FROM server_lives") == []
+    assert rows(ledger, "SELECT * FROM server_lives") == []  # refused before any start: no hang
 
 
 async def test_a_launcher_that_is_not_installed_is_one_clear_error_with_the_way_out(
@@ -332,6 +333,7 @@ async def test_a_server_ignoring_sigterm_is_killed(tmp_path: Path, ledger: Ledge
     pid = rows(ledger, "SELECT pid FROM server_lives")[0]["pid"]
     t0 = time.monotonic()
     await sup.stop()
+    # The grace is real time (the process's stop): a lower bound, which a busy machine cannot break.
     assert time.monotonic() - t0 >= 0.5, "it waited the grace period first"
     assert not group_alive(pid)
     (life,) = rows(ledger, "SELECT end_reason, exit_code FROM server_life_view")
@@ -344,10 +346,10 @@ async def test_consecutive_api_errors_restart_the_server(tmp_path: Path, ledger:
         first = sup.life_id
         sup.note_attempt(True)
         sup.note_attempt(True, life_id="life-long-gone")  # an attempt of an earlier life: ignored
-        await asyncio.sleep(0.2)
-        assert "restart" not in rec.kinds()
+        await settle()  # the decision is taken at once: none was
+        assert sup.current is not None and not sup.current.restart_due and "restart" not in rec.kinds()
         sup.note_attempt(True)
-        _, restart = await rec.wait_for("restart", timeout=5)
+        restart = await rec.wait_for("restart", timeout=5)
         assert restart.detail == {"reason": "api_errors", "life_id": first}
         await _next_ready(rec, first)
     finally:
@@ -363,8 +365,8 @@ async def test_recycling_every_n_instances_is_not_a_failure(tmp_path: Path, ledg
     try:
         first = sup.life_id
         sup.note_instance_done()
-        await asyncio.sleep(0.2)
-        assert "restart" not in rec.kinds()
+        await settle()  # the decision is taken at once: none was
+        assert sup.current is not None and not sup.current.recycling and "restart" not in rec.kinds()
         sup.note_instance_done()
         await _next_ready(rec, first)
         await sup.wait_ready()  # max_restarts = 0, yet no give-up: recycling is planned
@@ -375,17 +377,27 @@ async def test_recycling_every_n_instances_is_not_a_failure(tmp_path: Path, ledg
     }
 
 
-async def _stall_on_a_wedge(sup: Supervisor, bus: EventBus, life_id: str | None) -> asyncio.Task[list[float]]:
+async def _stall_on_a_wedge(sup: Supervisor, bus: EventBus, life_id: str | None) -> asyncio.Task[list[bytes]]:
     """A stream that wedges the server, then the proxy's stall on it (which starts a canary)."""
     client = asyncio.create_task(stream(sup.base_url, "WEDGE"))
-    await asyncio.sleep(0.5)
+
+    async def wedged() -> bool:
+        return bool((await _sim_stats(sup))["wedged"])
+
+    await eventually_async(wedged, what="the server wedged")
     bus.publish(
         Stalled(request_id="r", path="/v1/chat/completions", life_id=life_id, outcome="stall_midstream")
     )
     return client
 
 
-async def _canary_on_a_wedge(sup: Supervisor, bus: EventBus) -> asyncio.Task[list[float]]:
+async def _sim_stats(sup: Supervisor) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as s, s.get(sup.base_url + "/sim/stats") as r:
+        data: dict[str, Any] = await r.json()
+        return data
+
+
+async def _canary_on_a_wedge(sup: Supervisor, bus: EventBus) -> asyncio.Task[list[bytes]]:
     """``_stall_on_a_wedge``, then wait until the canary the stall started is in flight."""
     client = await _stall_on_a_wedge(sup, bus, sup.life_id)
     life = sup.current
@@ -406,13 +418,14 @@ async def test_proxy_stall_triggers_a_canary_and_a_failed_canary_is_a_wedge(
         proxy_bus.publish(
             Stalled(request_id="r", path="/v1/chat/completions", life_id=first, outcome="stall_midstream")
         )
-        await asyncio.sleep(1.0)
-        canaries = rows(ledger, "SELECT detail_json FROM events WHERE kind = 'canary'")
+        canaries = await eventually_async(
+            lambda: rows(ledger, "SELECT detail_json FROM events WHERE kind = 'canary'"), what="a canary"
+        )
         assert len(canaries) == 1 and json.loads(canaries[0]["detail_json"])["ok"] is True
         assert "wedge" not in rec.kinds(), "a healthy server passes its canary"
 
         client = await _stall_on_a_wedge(sup, proxy_bus, first)
-        _, wedge = await rec.wait_for("wedge", timeout=5)
+        wedge = await rec.wait_for("wedge", timeout=5)
         assert wedge.evidence["source"] == "canary" and wedge.evidence["canary"]["ok"] is False
         assert wedge.evidence["trigger"]["event"] == "stall"
         await _next_ready(rec, first)
@@ -435,7 +448,7 @@ async def test_an_api_errors_restart_waits_for_the_canary_in_flight(tmp_path: Pa
         first = sup.life_id
         client = await _canary_on_a_wedge(sup, proxy_bus)
         sup.note_attempt(True, first)
-        _, wedge = await rec.wait_for("wedge", timeout=5)
+        wedge = await rec.wait_for("wedge", timeout=5)
         assert wedge.evidence["source"] == "canary"
         await _next_ready(rec, first)
         await client
@@ -484,20 +497,21 @@ async def test_no_canary_when_the_server_is_at_its_concurrency_limit(tmp_path: P
     sup.attach(proxy_bus)
     try:
         client = asyncio.create_task(stream(sup.base_url, "HOLD", timeout=30))
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
+
+        def running() -> bool:
             n = rows(
                 ledger,
                 "SELECT value FROM metric_samples WHERE name = 'vllm:num_requests_running' ORDER BY id DESC LIMIT 1",
             )
-            if n and n[0]["value"] >= 1:
-                break
-            await asyncio.sleep(0.05)
+            return bool(n and n[0]["value"] >= 1)
+
+        await eventually_async(running, timeout=5, what="the held request seen running by a scrape")
         proxy_bus.publish(
             Stalled(request_id="r", path="/v1/chat/completions", life_id=sup.life_id, outcome="stall_ttft")
         )
-        await asyncio.sleep(0.5)
-        (canary,) = rows(ledger, "SELECT detail_json FROM events WHERE kind = 'canary'")
+        (canary,) = await eventually_async(
+            lambda: rows(ledger, "SELECT detail_json FROM events WHERE kind = 'canary'"), what="a canary"
+        )
         detail = json.loads(canary["detail_json"])
         assert detail["skipped"] == "at concurrency limit" and detail["limit"] == 1 and detail["running"] == 1
         assert "wedge" not in rec.kinds()
@@ -536,7 +550,7 @@ async def test_external_server_is_watched_and_restarted_only_by_its_hook(
         assert sup.base_url == ext.url
         client = asyncio.create_task(stream(ext.url, "WEDGE", timeout=WINDOW + 6))
         await rec.wait_for("wedge", timeout=WINDOW + 10)
-        await asyncio.sleep(0.3)
+        await rec.wait_for("restart_skipped", timeout=5)  # what the supervisor did about it
         assert "restart" not in rec.kinds()
         client.cancel()
     finally:
@@ -575,11 +589,10 @@ async def test_wait_ready_never_hands_out_a_dead_life(tmp_path: Path, ledger: Le
         pid = sup._life.proc.pid if sup._life is not None else None
         assert pid is not None
         os.kill(pid, 9)
-        while sup._life is not None and sup._life.proc.poll() is None:
-            await asyncio.sleep(0.01)
+        await eventually_async(lambda: sup._life is None or sup._life.proc.poll() is not None, what="dead")
         await asyncio.wait_for(sup.wait_ready(), timeout=20)
         assert sup.life_id != first
-        _, crash = await rec.wait_for("crash", timeout=1)
+        crash = await rec.wait_for("crash", timeout=1)
         assert crash.detail["life_id"] == first
     finally:
         await sup.stop()
@@ -614,7 +627,7 @@ async def test_a_refused_canary_from_a_dying_server_is_a_crash_not_a_wedge(
         proxy_bus.publish(
             Stalled(request_id="r", path="/v1/chat/completions", life_id=first, outcome="stall_midstream")
         )
-        _, crash = await rec.wait_for("crash", timeout=5)
+        crash = await rec.wait_for("crash", timeout=5)
         assert crash.detail["exit_code"] == 3 and crash.detail["life_id"] == first
         await _next_ready(rec, first)
     finally:
