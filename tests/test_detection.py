@@ -1,12 +1,19 @@
 """The heartbeat rules end to end: the simulator as a supervised subprocess, the supervisor and
-the proxy in this process, real sockets and SQLite. Every window is its default divided by the
-simulator's time scale, so "seconds" below are the server's seconds."""
+the proxy in this process (the real ``Stack``), real sockets and SQLite. Every window is its
+default divided by the simulator's time scale, so "seconds" below are the server's seconds.
+
+No latency here is bounded by the wall clock (a loaded machine delays any scrape): a verdict is
+checked against the scrapes that led to it (never before the window, at the first scrape past
+it), the rules' arithmetic on given times is tests/test_detection_units.py, and how soon in real
+seconds is `wedgewatch bench detection`'s to measure. The lower bounds left below only show that
+a slow thing (a prefill, a queue) really was slow: a busy machine cannot break them."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -16,15 +23,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from wedgewatch.base.events import Event, EventBus, Wedged
+from wedgewatch.base.events import Event, Wedged
 from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
-from wedgewatch.proxy import Proxy
-from wedgewatch.supervisor import Supervisor
+from wedgewatch.stack.servers import Stack
+from wedgewatch.testing import eventually_async
 from wedgewatch.wire import promtext
 from wedgewatch.wire.heartbeat import Reading
-
-SLACK = 1.0  # wall seconds of scheduling noise allowed on a loaded 2-core machine
 
 
 def scaled(scale: float, **over: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -49,19 +54,50 @@ def scaled(scale: float, **over: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 @dataclass
-class Stack:
-    sup: Supervisor
-    proxy: Proxy
-    url: str
-    events: list[tuple[float, Event]] = field(default_factory=list)
-    readings: list[tuple[float, Reading]] = field(default_factory=list)
+class Seen:
+    """A started ``Stack`` and, in the order they came, every event on its bus and every reading
+    its supervisor's scrapes fed the proxy."""
+
+    stack: Stack
+    timeline: list[Event | Reading] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.stack.url
+
+    @property
+    def events(self) -> list[Event]:
+        return [x for x in self.timeline if isinstance(x, Event)]
+
+    @property
+    def readings(self) -> list[Reading]:
+        return [x for x in self.timeline if isinstance(x, Reading)]
 
     def kinds(self) -> list[str]:
-        return [e.kind for _, e in self.events]
+        return [e.kind for e in self.events]
+
+    def events_query(self, sql: str) -> list[Any]:
+        ledger = self.stack.supervisor.rec.ledger
+        assert ledger is not None
+        return ledger.query(sql, ())
 
     async def metrics(self) -> promtext.Samples:
-        async with aiohttp.ClientSession() as s, s.get(self.sup.base_url + "/metrics") as resp:
+        async with aiohttp.ClientSession() as s, s.get(self.stack.supervisor.base_url + "/metrics") as resp:
             return promtext.parse(await resp.text())
+
+    async def received(self) -> int:
+        """Generation requests the simulator has received (its /sim/stats)."""
+        async with aiohttp.ClientSession() as s, s.get(self.stack.supervisor.base_url + "/sim/stats") as r:
+            return int((await r.json())["received"])
+
+    async def in_flight(self, n: int, tokens: int = 0) -> None:
+        """Wait until the proxy holds ``n`` requests, the last one with ``tokens`` tokens or more."""
+
+        def held() -> bool:
+            rows = self.stack.proxy.status()["in_flight"]
+            return len(rows) == n and rows[-1]["tokens_out"] >= tokens
+
+        await eventually_async(held, timeout=30, what=f"{n} requests in flight, {tokens} tokens")
 
 
 @pytest.fixture
@@ -69,7 +105,7 @@ async def stack_factory(tmp_path: Path) -> AsyncIterator[Any]:
     made: list[Stack] = []
     ledger = Ledger(tmp_path / "l.sqlite")
 
-    async def make(scenario: str, scale: float, args: list[str] | None = None, **over: Any) -> Stack:
+    async def make(scenario: str, scale: float, args: list[str] | None = None, **over: Any) -> Seen:
         server, watchdog = scaled(scale, **over)
         cfg = ServerConfig(
             profile="sim",
@@ -83,22 +119,17 @@ async def stack_factory(tmp_path: Path) -> AsyncIterator[Any]:
             warmup=WarmupConfig(count=1, timeout=10.0),
             **server,
         )
-        sup_bus, proxy_bus = EventBus(), EventBus()
-        sup = Supervisor(cfg, ledger=ledger, bus=sup_bus, run_id="run-d")
-        await sup.start()
-        proxy = Proxy(sup, WatchdogConfig(**watchdog), bus=proxy_bus, feed=sup.feed)
-        sup.attach(proxy_bus)
-        st = Stack(sup, proxy, await proxy.start())
-        for bus in (sup_bus, proxy_bus):
-            bus.subscribe(lambda ev: st.events.append((time.monotonic(), ev)))
-        sup.feed.subscribe(lambda rd, _life: st.readings.append((time.monotonic(), rd)), lambda *_: None)
-        made.append(st)
-        return st
+        stack = Stack(cfg, WatchdogConfig(**watchdog), ledger=ledger, run_id="run-d")
+        made.append(stack)
+        seen = Seen(stack)
+        stack.bus.subscribe(seen.timeline.append)
+        stack.supervisor.feed.subscribe(lambda rd, _life: seen.timeline.append(rd), lambda *_: None)
+        await stack.start()
+        return seen
 
     yield make
-    for st in made:
-        await st.proxy.stop()
-        await st.sup.stop()
+    for stack in made:
+        await stack.stop()
     ledger.close()
 
 
@@ -139,13 +170,12 @@ async def test_a_60_s_prefill_ends_normally_no_stall_no_canary_no_restart(stack_
     assert reply.status == 200 and len(reply.token_times) == 20
     assert reply.token_times[0] - t0 >= 5.5  # 60 s of the server's prefill, at 10x
     assert not {"stall", "wedge", "restart", "upstream_error"} & set(st.kinds())
-    rows = st.sup.rec.ledger.query("SELECT kind FROM events WHERE kind IN ('canary', 'wedge')", ())  # type: ignore[union-attr]
-    assert rows == []
+    assert st.events_query("SELECT kind FROM events WHERE kind IN ('canary', 'wedge')") == []
     # The hard case really happened: prompt and generated tokens flat far past the heartbeat
     # window, while the heartbeat moved.
-    during = [rd for t, rd in st.readings if t0 + 0.5 < t < reply.token_times[0] - 0.2]
+    during = [rd for rd in st.readings if t0 + 0.5 < rd.at < reply.token_times[0] - 0.2]
     assert len({rd.tokens for rd in during}) == 1 and len({rd.beat for rd in during}) > 10
-    assert during[-1].at - during[0].at > 5 * st.sup.cfg.heartbeat_window
+    assert during[-1].at - during[0].at > 5 * st.stack.supervisor.cfg.heartbeat_window
 
 
 async def test_queued_for_five_first_token_deadlines_is_not_a_stall(stack_factory: Any) -> None:
@@ -155,24 +185,32 @@ async def test_queued_for_five_first_token_deadlines_is_not_a_stall(stack_factor
     st = await stack_factory(
         "queue-at-cap", 20.0, args=["--max-num-seqs", "1"], engine_ttft_timeout=0.6, engine_stall_timeout=2.0
     )
+    sent = time.monotonic()
     holder = asyncio.ensure_future(chat(st.url, "hold the slot", max_tokens=1320))  # 66 s at 20 tokens/s
-    await asyncio.sleep(0.3)
+    await st.in_flight(1, tokens=1)  # the holder has the slot
     queued = await chat(st.url, "then me")
     first = await holder
     assert first.status == 200 and len(first.token_times) == 1320
     assert queued.status == 200 and len(queued.token_times) == 20
-    waited = queued.token_times[0] - first.token_times[0]
-    assert waited >= 5 * 0.6  # queued behind the holder for more than five deadlines
+    # Queued behind the holder for more than five deadlines: its first token came no sooner than
+    # the holder's 3.3 s after the holder was sent (a busy machine can only make it later).
+    waited = queued.token_times[0] - sent
+    assert waited >= 5 * 0.6
     assert "stall" not in st.kinds()
-    assert max(rd.waiting or 0 for _, rd in st.readings) == 1  # the queue was visible
+    assert max(rd.waiting or 0 for rd in st.readings) == 1  # the queue was visible
 
 
 async def test_a_preempted_request_that_resumes_is_not_a_stall(stack_factory: Any) -> None:
     st = await stack_factory("preemption", 10.0)
     # A long prompt first, a short one admitted after it: as both decode, the cache overflows and
     # the later admitted one is sent back mid-stream until the first one ends.
+    before = await st.received()
     a = asyncio.ensure_future(chat(st.url, prompt(11_800, "first"), max_tokens=400))
-    await asyncio.sleep(0.1)
+
+    async def first_arrived() -> bool:
+        return await st.received() > before
+
+    await eventually_async(first_arrived, what="the first request at the server")
     b = asyncio.ensure_future(chat(st.url, "second", max_tokens=400))
     ra, rb = await a, await b
     assert ra.status == 200 and rb.status == 200
@@ -184,37 +222,53 @@ async def test_a_preempted_request_that_resumes_is_not_a_stall(stack_factory: An
     assert gap > 1.5 * WatchdogConfig().engine_stall_timeout / 10  # silent past the stall deadline
 
 
-def last_beat_before(st: Stack, t: float) -> float:
-    """When the heartbeat or the tokens last moved, as seen by the supervisor's scrapes."""
-    rs = [(at, rd) for at, rd in st.readings if at <= t]
-    last = rs[0][0]
-    for (_, prev), (at, rd) in itertools.pairwise(rs):
-        if rd.moved_since(prev):
-            last = at
-    return last
+async def assert_found_at_the_first_scrape_past_the_window(st: Seen) -> Wedged:
+    """The wedge verdict and the scrapes that led to it: the still stretch began at the last
+    reading that moved (or the first with work), the verdict's reading is ``heartbeat_window`` or
+    more past it (never sooner), and the reading before it was not (no later than the first scrape
+    past the window). Whatever the machine's speed, so checked on the scrapes' own times. The
+    wedge event comes after the clients were released (and the evidence kept): waited for."""
+
+    def verdict_event() -> Wedged | None:
+        return next((x for x in st.timeline if isinstance(x, Wedged)), None)
+
+    ev = await eventually_async(verdict_event, what="the wedge verdict")
+    at = next(i for i, x in enumerate(st.timeline) if x is ev)
+    readings = [x for x in st.timeline[:at] if isinstance(x, Reading)]
+    since: Reading | None = None
+    for prev, rd in itertools.pairwise([None, *readings]):
+        moved = prev is None or rd.moved_since(prev)
+        if not rd.has_work():
+            since = None
+        elif moved or since is None:
+            since = rd
+    assert since is not None and len(readings) >= 2
+    window = st.stack.supervisor.cfg.heartbeat_window
+    verdict, before = readings[-1], readings[-2]
+    assert verdict.at - since.at >= window, "never before the window"
+    assert before.at - since.at < window, "at the first scrape past it"
+    assert ev.evidence["flat_seconds"] == pytest.approx(verdict.at - since.at, abs=0.002)
+    return ev
 
 
 async def test_a_wedge_during_a_prefill_is_found_within_15_server_seconds(stack_factory: Any) -> None:
+    # At the first scrape past the 8 s window: 15 server seconds or less at the default scrapes.
     scale = 5.0
     st = await stack_factory("wedge-in-prefill", scale, args=["--max-model-len", "131072"])
     reply = await chat(st.url, prompt(30_000, "WEDGE-PREFILL"))
-    t_wedge, ev = next((t, e) for t, e in st.events if isinstance(e, Wedged))
+    ev = await assert_found_at_the_first_scrape_past_the_window(st)
     assert ev.evidence["rule"] == "heartbeat" and ev.evidence["source"] == "metrics"
+    # and the verdict, not a later deadline, gave the client its error
     assert reply.status == 503 and reply.token_times == [] and "engine stopped" in reply.error
-    last = last_beat_before(st, t_wedge)
-    assert (t_wedge - last) * scale <= 15.0 + SLACK * scale
-    assert (reply.ended - last) * scale <= 15.0 + SLACK * scale
 
 
 async def test_a_mid_stream_wedge_is_found_within_15_server_seconds(stack_factory: Any) -> None:
     scale = 5.0
     st = await stack_factory("wedge-all", scale)
     reply = await chat(st.url, "WEDGE now", max_tokens=100)
-    t_wedge, ev = next((t, e) for t, e in st.events if isinstance(e, Wedged))
+    ev = await assert_found_at_the_first_scrape_past_the_window(st)
     assert ev.evidence["rule"] == "heartbeat"
     assert len(reply.token_times) == 3 and "engine stopped" in reply.error
-    assert (t_wedge - reply.token_times[-1]) * scale <= 15.0 + SLACK * scale
-    assert (reply.ended - reply.token_times[-1]) * scale <= 15.0 + SLACK * scale
     assert "restart" in st.kinds()
 
 
@@ -222,15 +276,18 @@ async def test_one_request_hung_while_the_engine_steps_is_aborted_and_no_restart
     scale = 5.0
     st = await stack_factory("stuck-one", scale)
     other = asyncio.ensure_future(chat(st.url, "keep the engine busy", max_tokens=1000))  # 20 s
-    await asyncio.sleep(0.2)
+    await st.in_flight(1, tokens=1)  # the engine is busy with it
     stuck = await chat(st.url, "STUCK here", max_tokens=200)
     assert len(stuck.token_times) == 5 and "engine_stall_timeout" in stuck.error
-    since = stuck.ended - stuck.token_times[-1]
-    assert since * scale <= WatchdogConfig().engine_stall_timeout + 2 + SLACK * scale  # + two scrapes
-    assert since * scale >= WatchdogConfig().engine_stall_timeout - 1
+    # Ended by its engine-time deadline, after the whole of it (the message shows tenths).
+    budget = WatchdogConfig().engine_stall_timeout / scale
+    found = re.search(r"no token in ([0-9.]+) s of engine time after 5 tokens", stuck.error)
+    assert found is not None and float(found.group(1)) >= budget - 0.05, stuck.error
     healthy = await other
     assert healthy.status == 200 and len(healthy.token_times) == 1000
-    await asyncio.sleep(0.5)
+    # A scrape after all work ended: any verdict on what came before would have been made by now.
+    n = len(st.readings)
+    await eventually_async(lambda: any(not rd.has_work() for rd in st.readings[n:]), what="an idle scrape")
     assert "wedge" not in st.kinds() and "restart" not in st.kinds()
-    canaries = st.sup.rec.ledger.query("SELECT detail_json FROM events WHERE kind = 'canary'", ())  # type: ignore[union-attr]
+    canaries = st.events_query("SELECT detail_json FROM events WHERE kind = 'canary'")
     assert canaries and all(json.loads(row[0])["ok"] is True for row in canaries), [r[0] for r in canaries]
