@@ -17,6 +17,7 @@ from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.stack.servers import Stack
 from wedgewatch.supervisor.process import group_alive
+from wedgewatch.testing import eventually_async
 
 WEDGE_ONCE = """
 [[fault]]
@@ -70,8 +71,7 @@ async def through_a_restart(tmp_path: Path, restart_wait: float) -> tuple[list[i
         status, _ = await ask(session, stack.url, "WEDGE now")
         assert status == 503, "the wedged request itself fails (it was in flight on the wedged life)"
         async with asyncio.timeout(30):
-            while not late:
-                await asyncio.sleep(0.05)
+            await eventually_async(lambda: late, timeout=30, what="the restart announced")
             results = await asyncio.gather(*late)
             await stack.supervisor.wait_ready()
         second = stack.supervisor.life_id
