@@ -10,6 +10,8 @@ engines (about 5 GB each, and both cores while starting) never start at once.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +38,11 @@ def adapter(factory: pytest.TempPathFactory) -> Path:
     root = factory.getbasetemp().parent
     target = root / "vllm-lora"
     with models.locked(root, ".vllm-lora.lock"):
-        if not (target / "adapter_config.json").is_file():
-            vllm_env.tool("lora", str(base), str(target))
+        if not target.is_dir():
+            partial = root / f".vllm-lora.{os.getpid()}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            vllm_env.tool("lora", str(base), str(partial))
+            os.replace(partial, target)  # a folder at `target` is a whole adapter
     return target
 
 
