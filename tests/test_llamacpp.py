@@ -7,13 +7,11 @@ must watch a start or a stop run their own. Everything is a real subprocess on 1
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import pytest
 
 from conftest import RunningServer, launch
 from wedgewatch.launchers.llamacpp import launch_argv
+from wedgewatch.testing import eventually_async
 from wedgewatch.wire import promtext
 from wedgewatch.wire.sse import SSEParser
 
@@ -114,13 +113,12 @@ async def test_decode_counter_is_live_and_predicted_counter_lands_at_the_end(lla
     async with aiohttp.ClientSession() as s:
         before = await scrape(s, llama.url)
         task = asyncio.create_task(s.post(llama.v1 + "/chat/completions", json=body))
-        deadline = time.monotonic() + 30
-        while True:
-            assert time.monotonic() < deadline, "no decode progress within 30 s"
-            await asyncio.sleep(0.05)
-            during = await scrape(s, llama.url)
-            if (during.total(decode) or 0) >= (before.total(decode) or 0) + 20:
-                break
+
+        async def twenty_decodes() -> promtext.Samples | None:
+            now = await scrape(s, llama.url)
+            return now if (now.total(decode) or 0) >= (before.total(decode) or 0) + 20 else None
+
+        during = await eventually_async(twenty_decodes, timeout=30, what="20 decodes")
         resp = await task
         usage = (await resp.json())["usage"]
         after = await scrape(s, llama.url)
@@ -167,12 +165,13 @@ async def test_client_disconnect_stops_generation(llama: RunningServer) -> None:
             if events >= 10:
                 break
         resp.close()
-        deadline = time.monotonic() + 5
-        while (await scrape(s, llama.url)).total("llamacpp:requests_processing"):
-            assert time.monotonic() < deadline, "generation still running 5 s after the disconnect"
-            await asyncio.sleep(0.05)
+
+        async def stopped() -> bool:
+            return not (await scrape(s, llama.url)).total("llamacpp:requests_processing")
+
+        await eventually_async(stopped, timeout=5, what="generation stopped after the disconnect")
         first = (await scrape(s, llama.url)).total("llamacpp:n_decode_total")
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # a stopped counter must stay still: only time passing can show it
         second = await scrape(s, llama.url)
     assert second.total("llamacpp:n_decode_total") == first
     assert second.total("llamacpp:tokens_predicted_total") is not None
@@ -199,10 +198,8 @@ def test_start_health_503_then_200_default_alias_and_sigterm_mid_stream(tmp_path
         assert [m.id for m in openai.OpenAI(base_url=url + "/v1", api_key="x").models.list().data] == [
             "gemma3-270m"
         ]
-        ended, waited = asyncio.run(_sigterm_mid_stream(url, proc))
-        assert ended
+        assert asyncio.run(_sigterm_mid_stream(url, proc))  # the stream ended, it did not hang
         assert proc.returncode == 0, log.read_text()[-2000:]
-        assert waited < 5
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -211,26 +208,26 @@ def test_start_health_503_then_200_default_alias_and_sigterm_mid_stream(tmp_path
 
 async def _poll_health(url: str, until: int, within: float) -> list[int]:
     statuses: list[int] = []
-    deadline = time.monotonic() + within
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as s:
-        while not statuses or statuses[-1] != until:
-            assert time.monotonic() < deadline, f"no {until} from /health in {within}s: {statuses}"
+
+        async def answered() -> bool:
             try:
                 async with s.get(url + "/health") as resp:
                     statuses.append(resp.status)
             except aiohttp.ClientConnectionError:
                 pass
-            await asyncio.sleep(0.02)
+            return bool(statuses) and statuses[-1] == until
+
+        await eventually_async(answered, timeout=within, interval=0.02, what=f"{until} from /health")
     return statuses
 
 
-async def _sigterm_mid_stream(url: str, proc: subprocess.Popen[str]) -> tuple[bool, float]:
+async def _sigterm_mid_stream(url: str, proc: subprocess.Popen[str]) -> bool:
     body = {"messages": HELLO, "max_tokens": 1000, "temperature": 0, "stream": True}
     async with aiohttp.ClientSession() as s:
         resp = await s.post(url + "/v1/chat/completions", json=body)
         async for _ in resp.content.iter_any():
             break
-        started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         ended = False
         try:
@@ -241,7 +238,7 @@ async def _sigterm_mid_stream(url: str, proc: subprocess.Popen[str]) -> tuple[bo
         except aiohttp.ClientPayloadError:
             ended = True  # cut off mid-chunk: the client is told, it does not hang
         await asyncio.to_thread(proc.wait, 15)
-        return ended, time.monotonic() - started
+        return ended
 
 
 def _run_launcher(*args: str) -> subprocess.CompletedProcess[str]:
@@ -282,8 +279,10 @@ async def test_heartbeat_moves_during_a_long_prompt_and_a_sigstop_is_a_wedge_wit
     tmp_path: Path,
 ) -> None:
     """At default windows: ``n_decode_total`` counts prompt batches (so a long prompt is not flat),
-    and a server frozen by SIGSTOP in the middle of one (not even /metrics answers) is a wedge
-    within ``heartbeat_window`` plus two scrapes of the last beat."""
+    and a server frozen by SIGSTOP in the middle of one (not even /metrics answers) is a wedge,
+    ``heartbeat_window`` or more after the last beat (how soon after, in real seconds, is
+    `wedgewatch bench detection-llamacpp`'s to measure, not a wall-clock bound here)."""
+    from wedgewatch.base.events import Wedged
     from wedgewatch.config import ServerConfig, WarmupConfig
     from wedgewatch.supervisor import Supervisor
     from wedgewatch.wire.heartbeat import Reading
@@ -301,42 +300,37 @@ async def test_heartbeat_moves_during_a_long_prompt_and_a_sigstop_is_a_wedge_wit
         restart_on_wedge=False,
     )
     sup = Supervisor(cfg)
-    seen: list[tuple[float, Reading]] = []
-    sup.feed.subscribe(lambda r, _life: seen.append((time.monotonic(), r)), lambda *_: None)
-    wedges: list[float] = []
-    sup.bus.subscribe(lambda ev: wedges.append(time.monotonic()) if ev.kind == "wedge" else None)
+    seen: list[Reading] = []
+    sup.feed.subscribe(lambda r, _life: seen.append(r), lambda *_: None)
+    wedges: list[Wedged] = []
+    sup.bus.subscribe(lambda ev: wedges.append(ev) if isinstance(ev, Wedged) else None)
     await sup.start()
     life = sup._life
     assert life is not None and sup.starter.heartbeat
     prompt = " ".join(f"item{i}" for i in range(700))  # about 2,800 tokens: many batches of 64
     body = {"model": "gemma3-270m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 8}
     body["stream"] = True
-    stopped_at = 0.0
+    stopped = False
     try:
         async with aiohttp.ClientSession() as s:
             req = asyncio.ensure_future(s.post(sup.base_url + "/v1/chat/completions", json=body))
             start = len(seen)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                beats = {r.beat for _, r in seen[start:]}
-                if len(beats) >= 3:  # two beats into the prompt, no token yet: freeze it
-                    break
-                await asyncio.sleep(0.1)
-            during = [r for _, r in seen[start:]]
-            assert len({r.beat for r in during}) >= 3, "n_decode_total did not move during the prompt"
+            # two beats into the prompt, no token yet: freeze it
+            await eventually_async(
+                lambda: len({r.beat for r in seen[start:]}) >= 3, timeout=60, what="the prompt's beats"
+            )
+            during = seen[start:]
             assert {r.generated for r in during} == {during[0].generated}  # no token predicted yet
             assert not wedges
-            last_beat = max(t for (_, a), (t, b) in itertools.pairwise(seen) if b.beat != a.beat)
             os.kill(life.proc.pid, signal.SIGSTOP)
-            stopped_at = time.monotonic()
-            while not wedges and time.monotonic() < stopped_at + 30:
-                await asyncio.sleep(0.1)
+            stopped = True
+            await eventually_async(lambda: wedges, timeout=30, what="a wedge after SIGSTOP")
             req.cancel()
     finally:
-        if stopped_at:
+        if stopped:
             os.kill(life.proc.pid, signal.SIGCONT)
         await sup.stop()
-    assert wedges, "no wedge after SIGSTOP"
-    bound = cfg.heartbeat_window + 2 * cfg.scrape_interval + 2.0  # + a 2 s scrape timeout
-    assert wedges[0] - last_beat <= bound + 1.0
-    assert wedges[0] - stopped_at >= cfg.heartbeat_window - 2 * cfg.scrape_interval - 1.0
+    # Found with /metrics silent, at heartbeat_window or more after the last beat the scrapes saw.
+    evidence = wedges[0].evidence
+    assert evidence["rule"] == "heartbeat" and evidence.get("unreachable") is True, evidence
+    assert evidence["flat_seconds"] >= cfg.heartbeat_window
