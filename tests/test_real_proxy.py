@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from conftest import RunningServer, launch
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.launchers.llamacpp import launch_argv
 from wedgewatch.proxy import Proxy
+from wedgewatch.testing import eventually_async
 from wedgewatch.wire import promtext
 from wedgewatch.wire.sse import SSEParser
 
@@ -42,6 +42,13 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     yield server
     os.kill(server.proc.pid, signal.SIGCONT)  # in case a test left it stopped
     server.stop()
+
+
+def _since_last_token(row: dict[str, Any]) -> float:
+    """A stalled request's silence when the proxy gave up on it, by the proxy's own clock (how soon
+    after its window, in real seconds, is `wedgewatch bench`'s to measure, not asserted here)."""
+    detail = row["detail_json"]
+    return float((json.loads(detail) if isinstance(detail, str) else detail)["since_last_token"])
 
 
 def records(path: Path) -> list[dict[str, Any]]:
@@ -144,16 +151,16 @@ async def test_client_disconnect_through_the_proxy_stops_generation(
                 break
         assert (await scrape(s, llama.url)).total("llamacpp:requests_processing") == 1
         resp.close()
-        deadline = time.monotonic() + 5
-        while (await scrape(s, llama.url)).total("llamacpp:requests_processing"):
-            assert time.monotonic() < deadline, "the server still generates 5 s after the disconnect"
-            await asyncio.sleep(0.05)
+
+        async def stopped() -> bool:
+            return not (await scrape(s, llama.url)).total("llamacpp:requests_processing")
+
+        await eventually_async(stopped, timeout=5, what="the server stopped generating")
         first = await scrape(s, llama.url)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # a stopped counter must stay still: only time passing can show it
         second = await scrape(s, llama.url)
-        while not (tmp_path / "req.jsonl").exists() or not records(tmp_path / "req.jsonl"):
-            assert time.monotonic() < deadline + 5, "no request row"
-            await asyncio.sleep(0.05)
+        path = tmp_path / "req.jsonl"
+        await eventually_async(lambda: path.exists() and records(path), what="the request's row")
     assert second.total("llamacpp:n_decode_total") == first.total("llamacpp:n_decode_total")
     predicted = second.total("llamacpp:tokens_predicted_total") or 0
     assert predicted < 1500
@@ -171,26 +178,24 @@ async def test_sigstop_midstream_is_stall_midstream_within_the_window(
             model=ALIAS, messages=HELLO, max_tokens=1500, temperature=0, stream=True
         )
         chunks = 0
-        stopped_at: float | None = None
+        stopped = False
         try:
             with pytest.raises(openai.APIError) as caught:
                 async for _ in stream:
                     chunks += 1
                     if chunks == 5:
                         os.kill(pid, signal.SIGSTOP)
-                        stopped_at = time.monotonic()
-            ended_after = time.monotonic() - (stopped_at or 0)
+                        stopped = True
         finally:
             os.kill(pid, signal.SIGCONT)
-    assert stopped_at is not None
+    assert stopped
     body = caught.value.body
     assert isinstance(body, dict) and body.get("code") == "stall_midstream", body
-    # The window runs from the last token, which came just before the stop.
-    assert STALL - 0.5 <= ended_after <= STALL + 5, ended_after
     [row] = records(tmp_path / "req.jsonl")
     assert (
         row["outcome"] == "stall_midstream" and row["tokens_out"] >= 4
     )  # the first chunk carries the role, not a token
+    assert _since_last_token(row) >= STALL  # the window ran from the last token, the whole of it
 
     # Resumed, the same server answers again: the freeze was the process, not the model.
     direct = openai.AsyncOpenAI(base_url=llama.v1, api_key="x", max_retries=0, timeout=60)
@@ -217,7 +222,7 @@ async def test_the_responses_api_is_watched_on_the_real_server_too(
             model=ALIAS, input="Write hello world.", max_output_tokens=1500, temperature=0, stream=True
         )
         deltas = 0
-        stopped_at: float | None = None
+        stopped = False
         try:
             with pytest.raises(openai.APIError) as caught:
                 async for ev in stream:
@@ -225,21 +230,20 @@ async def test_the_responses_api_is_watched_on_the_real_server_too(
                         deltas += 1
                         if deltas == 5:
                             os.kill(pid, signal.SIGSTOP)
-                            stopped_at = time.monotonic()
-            ended_after = time.monotonic() - (stopped_at or 0)
+                            stopped = True
         finally:
             os.kill(pid, signal.SIGCONT)
     assert got.output_text == own.output_text and got.output_text
     assert got.usage is not None and own.usage is not None
     assert got.usage.output_tokens == own.usage.output_tokens == 16
-    assert stopped_at is not None
+    assert stopped
     body = caught.value.body
     assert isinstance(body, dict) and body.get("code") == "stall_midstream", body
-    assert STALL - 0.5 <= ended_after <= STALL + 5, ended_after
     whole, frozen = records(tmp_path / "req.jsonl")
     assert whole["path"] == "/v1/responses" and whole["outcome"] == "ok"
     assert whole["tokens_out"] == whole["completion_tokens"] == 16 and whole["prompt_tokens"] > 0
     assert frozen["outcome"] == "stall_midstream" and frozen["tokens_out"] >= 5
+    assert _since_last_token(frozen) >= STALL
 
 
 async def test_the_messages_api_is_watched_on_the_real_server_too(
@@ -258,7 +262,7 @@ async def test_the_messages_api_is_watched_on_the_real_server_too(
         via = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="x", max_retries=0, timeout=60)
         got = await via.messages.create(model=ALIAS, max_tokens=16, messages=msgs, extra_body=zero)  # type: ignore[arg-type]
         deltas = 0
-        stopped_at: float | None = None
+        stopped = False
         try:
             with pytest.raises(anthropic.APIStatusError) as caught:
                 async with via.messages.stream(
@@ -268,17 +272,16 @@ async def test_the_messages_api_is_watched_on_the_real_server_too(
                         deltas += 1
                         if deltas == 5:
                             os.kill(pid, signal.SIGSTOP)
-                            stopped_at = time.monotonic()
-            ended_after = time.monotonic() - (stopped_at or 0)
+                            stopped = True
         finally:
             os.kill(pid, signal.SIGCONT)
     assert [b.model_dump() for b in got.content] == [b.model_dump() for b in own.content] and got.content
     assert got.usage.output_tokens == own.usage.output_tokens == 16 and got.stop_reason == own.stop_reason
-    assert stopped_at is not None
+    assert stopped
     body = caught.value.body
     assert isinstance(body, dict) and body["error"]["code"] == "stall_midstream", body
-    assert STALL - 0.5 <= ended_after <= STALL + 5, ended_after
     whole, frozen = records(tmp_path / "req.jsonl")
     assert whole["path"] == "/v1/messages" and whole["outcome"] == "ok"
     assert whole["tokens_out"] == whole["completion_tokens"] == 16 and whole["prompt_tokens"] > 0
     assert frozen["outcome"] == "stall_midstream" and frozen["tokens_out"] >= 5
+    assert _since_last_token(frozen) >= STALL

@@ -14,13 +14,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from wedgewatch.testing import eventually
 from wedgewatch.wire import promtext
 
 pytestmark = pytest.mark.long
@@ -145,22 +145,23 @@ def test_sigkill_mid_request_restarts_and_retries_in_a_fresh_sandbox(tmp_path: P
     ledger = tmp_path / "ledger.sqlite"
     proc = start_run(write_config(tmp_path, "bash", "0:1", concurrency=1, attempts=2))
     killed: dict[str, Any] = {}
+
+    def kill_under_a_request() -> bool:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        lives = rows(ledger, "SELECT l.* FROM server_lives l JOIN server_life_ready r USING (life_id)")
+        started = rows(ledger, "SELECT * FROM attempts")
+        if lives and started:
+            try:
+                busy = _processing(lives[0]["base_url"])
+            except OSError:
+                busy = 0
+            if busy >= 1:  # the attempt's request is on the server: kill it under the request
+                os.kill(int(lives[0]["pid"]), signal.SIGKILL)
+                killed.update(lives[0])
+        return bool(killed)
+
     try:
-        deadline = time.monotonic() + 90
-        while not killed:
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "no attempt request reached the server in 90 s"
-            lives = rows(ledger, "SELECT l.* FROM server_lives l JOIN server_life_ready r USING (life_id)")
-            started = rows(ledger, "SELECT * FROM attempts")
-            if lives and started:
-                try:
-                    busy = _processing(lives[0]["base_url"])
-                except OSError:
-                    busy = 0
-                if busy >= 1:  # the attempt's request is on the server: kill it under the request
-                    os.kill(int(lives[0]["pid"]), signal.SIGKILL)
-                    killed = lives[0]
-            time.sleep(0.1)
+        eventually(kill_under_a_request, timeout=90, what="an attempt request on the server")
         finish(proc)
     finally:
         if proc.poll() is None:

@@ -22,6 +22,7 @@ from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor import Supervisor
+from wedgewatch.testing import eventually_async
 
 SERVED = "gemma-sup"
 HELLO = [{"role": "user", "content": "Write hello world."}]
@@ -82,8 +83,7 @@ async def test_real_freeze_is_a_wedge_and_the_life_is_replaced(tmp_path: Path) -
         assert isinstance(caught.value.body, dict) and caught.value.body.get("code") == "stall_midstream"
 
         async with asyncio.timeout(60):
-            while sup.life_id in (None, first):
-                await asyncio.sleep(0.1)
+            await eventually_async(lambda: sup.life_id not in (None, first), timeout=60, what="a new life")
             await sup.wait_ready()
         second = sup.life_id
 
