@@ -21,6 +21,7 @@ from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from wedgewatch import __version__
 from wedgewatch.base.errors import BadInput, WedgewatchError
 from wedgewatch.base.extras import missing_extra
+from wedgewatch.base.files import private_umask
 from wedgewatch.cli._app import app
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,17 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``wedgewatch`` command. Whatever it creates (ledger and its -wal/-shm, logs, records,
+    exports, evidence, reports), and whatever the processes it starts create, is the user's only
+    (base/files.py); the umask is put back on the way out, for a caller that runs it in-process."""
+    old = private_umask()
+    try:
+        _main(argv)
+    finally:
+        os.umask(old)
+
+
+def _main(argv: list[str] | None) -> None:
     logging.basicConfig(
         level=os.environ.get("WEDGEWATCH_LOG", "WARNING").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

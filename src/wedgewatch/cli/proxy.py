@@ -55,7 +55,12 @@ def proxy(
     upstream: Annotated[
         str, typer.Option(help="Root URL of the OpenAI-compatible server (http://HOST:PORT, /v1 optional).")
     ],
-    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to bind (loopback by default; beyond it only with --api-key or WEDGEWATCH_API_KEY)."
+        ),
+    ] = "127.0.0.1",
     port: Annotated[
         int, typer.Option(help="Port; 0 picks a free one. The first stdout line is 'listening on URL'.")
     ] = 8100,
@@ -111,11 +116,34 @@ def proxy(
         Path | None,
         typer.Option(help=f"JSONL file of request rows when no --ledger (default {DEFAULT_RECORDS})."),
     ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="WEDGEWATCH_API_KEY",
+            show_envvar=True,
+            help="Key every route but /health wants (Authorization: Bearer KEY, or x-api-key); needed "
+            "to bind beyond loopback. Also read from WEDGEWATCH_API_KEY. Taken off before a request "
+            "goes upstream (--upstream-api-key is sent in its place).",
+        ),
+    ] = None,
+    upstream_api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="WEDGEWATCH_UPSTREAM_API_KEY",
+            show_envvar=True,
+            help="The upstream server's own key (vLLM's --api-key), sent upstream in place of --api-key "
+            "and with --metrics-url scrapes; the same value as --api-key keeps one key for both. "
+            "Also read from WEDGEWATCH_UPSTREAM_API_KEY.",
+        ),
+    ] = None,
 ) -> None:
     """Watch every generation's token stream; abort stalls upstream and answer the client with a
     non-retryable error (docs/proxy.md)."""
+    from wedgewatch.wire import access
+
     if not upstream.startswith(("http://", "https://")):
-        raise BadInput(f"--upstream: expected an http:// or https:// URL, got {upstream!r}")
+        raise BadInput(f"--upstream: expected an http:// or https:// URL, got {redact.url(upstream)!r}")
+    access.require_key(host, api_key)
     if not 0 <= port <= 65535:
         raise BadInput(f"--port: must be in 0..65535, got {port}")
     if metrics_url is not None and not metrics_url.startswith(("http://", "https://")):
@@ -148,6 +176,7 @@ def proxy(
             ledger,
             records or (None if ledger else DEFAULT_RECORDS),
             heartbeat,
+            (api_key or None, upstream_api_key or None),
         )
     )
 
@@ -160,6 +189,7 @@ async def _serve(
     ledger_path: str | None,
     records: Path | None,
     heartbeat: tuple[str, float, float] | None,
+    keys: tuple[str | None, str | None] = (None, None),
 ) -> None:
     from wedgewatch.stack import session
     from wedgewatch.stack.proxied import ProxiedServer
@@ -173,6 +203,8 @@ async def _serve(
         metrics_url=url_,
         scrape_interval=interval,
         heartbeat_window=window,
+        api_key=keys[0],
+        upstream_key=keys[1],
     )
     async with session.stopping() as stop:
         try:
@@ -189,7 +221,8 @@ async def _serve(
             # time, a pause every stream would feel (measured: event-loop lag p99 3-8 ms, 2 ms at 0.5 ms).
             sys.setswitchinterval(0.0005)
             shown = redact.url(str(ledger_path)) if ledger_path else records
-            log.warning("proxy: %s -> %s (records: %s)", url, server.proxy.upstream.base_url, shown)
+            upstream_shown = redact.url(server.proxy.upstream.base_url)
+            log.warning("proxy: %s -> %s (records: %s)", url, upstream_shown, shown)
             await stop.event.wait()
         finally:
             await server.stop()

@@ -30,7 +30,22 @@ def serve(
         Path, typer.Argument(help="Config TOML; its [server] and [watchdog] sections are used.")
     ],
     port: Annotated[int, typer.Option(help="The proxy's port; 0 picks a free one.", min=0, max=65535)] = 8100,
-    host: Annotated[str, typer.Option(help="The proxy's address.")] = "127.0.0.1",
+    host: Annotated[
+        str,
+        typer.Option(
+            help="The proxy's address; beyond loopback only with --api-key (or WEDGEWATCH_API_KEY)."
+        ),
+    ] = "127.0.0.1",
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="WEDGEWATCH_API_KEY",
+            show_envvar=True,
+            help="Key every route but /health wants (Authorization: Bearer KEY, or x-api-key); needed "
+            "to bind beyond loopback. Also read from WEDGEWATCH_API_KEY. Taken off before a request "
+            "goes upstream; the server's own --api-key is sent in its place (docs/proxy.md).",
+        ),
+    ] = None,
     ledger: Annotated[
         str | None,
         typer.Option(help="Ledger: a SQLite file or postgresql://... (default: the config's [run] ledger)."),
@@ -45,24 +60,32 @@ def serve(
 ) -> None:
     """Start the configured server (fresh, ready, warmed up), watch it for wedges and crashes,
     restart it when needed, and serve it through the watchdog proxy until interrupted."""
+    from wedgewatch.stack import preflight
     from wedgewatch.supervisor import profiles
+    from wedgewatch.wire import access
 
+    access.require_key(host, api_key)
     cfg = load_config(config)
     for member in cfg.members():
         profiles.check(member, str(config))
+    preflight.check(cfg, ledger, "--ledger" if ledger else "run.ledger")  # before any server starts
     token = os.environ.get(restart_token_env) or None
-    code = serve_forever(_serve(cfg, host, port, ledger or cfg.run.ledger, token))
+    code = serve_forever(_serve(cfg, host, port, ledger or cfg.run.ledger, token, api_key or None))
     if code:
         raise typer.Exit(code)
 
 
-async def _serve(cfg: Config, host: str, port: int, ledger_path: str, token: str | None) -> int:
+async def _serve(
+    cfg: Config, host: str, port: int, ledger_path: str, token: str | None, api_key: str | None = None
+) -> int:
     from wedgewatch.ledger import Ledger
     from wedgewatch.stack import session
     from wedgewatch.stack.servers import Stack
 
     ledger = Ledger(ledger_path)
-    stack = Stack(cfg.members(), cfg.watchdog, ledger=ledger, admin=True, restart_token=token)
+    stack = Stack(
+        cfg.members(), cfg.watchdog, ledger=ledger, admin=True, restart_token=token, api_key=api_key
+    )
     # The signal handlers stay in place until the stack has stopped: a second Ctrl-C during the
     # stop must not cut it short and leave a server running.
     async with session.stopping() as stop:

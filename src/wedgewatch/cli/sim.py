@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from wedgewatch.base import redact
 from wedgewatch.base.errors import BadInput
 from wedgewatch.cli._app import app
 
@@ -60,13 +61,27 @@ def _leftovers(args: list[str]) -> tuple[list[str], list[str], list[str]]:
 )
 def sim(
     ctx: typer.Context,
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="Address to bind; beyond loopback only with --api-key (or VLLM_API_KEY).")
+    ] = "127.0.0.1",
     port: Annotated[
         int,
         typer.Option(
-            help="Port; 0 picks a free one. The first stdout line is 'listening on http://HOST:PORT'."
+            help="Port; 0 picks a free one. The first stdout line is 'listening on http://HOST:PORT' "
+            "(the address really bound).",
+            min=0,
+            max=65535,
         ),
     ] = 8000,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="VLLM_API_KEY",
+            show_envvar=True,
+            help="vLLM's --api-key: every route but /health wants 'Authorization: Bearer KEY' "
+            "(or x-api-key); needed to bind beyond loopback. Also read from VLLM_API_KEY, as vLLM does.",
+        ),
+    ] = None,
     scenario: Annotated[
         str, typer.Option(help="A bundled scenario's name or a scenario TOML file.")
     ] = "healthy",
@@ -151,7 +166,7 @@ def sim(
     if positionals and not names:
         raise BadInput(f"sim: unexpected argument {positionals[0]!r}")
     if ignored:
-        log.warning("sim: ignoring vLLM flags %s", " ".join(ignored))
+        log.warning("sim: ignoring vLLM flags %s", " ".join(redact.argv(ignored)))
     loras = dict(_lora(s) for s in [*(lora_modules or []), *extra_loras])
     if preload_age < 0:
         raise BadInput("--preload-age: must be >= 0")
@@ -179,6 +194,7 @@ def sim(
         preload_age=preload_age,
         fault_log=str(fault_log) if fault_log is not None else None,
         dialect=dialect,
+        api_key=api_key or None,
     )
     code = serve(opts, on_listening)
     if code:

@@ -61,9 +61,12 @@ def wrap(
         raise BadInput("wrap: no command given: wedgewatch wrap CONFIG -- CMD ARGS...")
     if tag is not None and not tag.replace(".", "").replace("_", "").replace("-", "").isalnum():
         raise BadInput(f"--tag: {tag!r} must be letters, digits, '.', '_' or '-'")
+    from wedgewatch.stack import preflight
+
     cfg = load_config(config)
     for member in cfg.members():
         profiles.check(member, str(config))
+    preflight.check(cfg, ledger, "--ledger" if ledger else "run.ledger")  # before any server starts
     lines = command.read_rerun(str(rerun)) if rerun is not None else None
     opts = WrapOptions(argv=cmd, port=port, rerun=lines, env_prefixes=env_prefix or (), tag=tag, grace=grace)
     store = Ledger(ledger or cfg.run.ledger)

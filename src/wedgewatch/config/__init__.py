@@ -6,7 +6,7 @@ derives from, ``server.py`` a server's own, ``run.py`` the run's, ``ray.py`` the
 and ``load.py`` the whole file (``load_config``). Callers import the names from here.
 """
 
-from wedgewatch.config.load import Config, load_config, server_of, validate
+from wedgewatch.config.load import Config, load_config, server_of, validate, with_secrets
 from wedgewatch.config.ray import RayConfig
 from wedgewatch.config.run import AgentConfig, RunConfig, SandboxConfig, SuiteConfig, WatchdogConfig
 from wedgewatch.config.server import ServerConfig, WarmupConfig
@@ -24,4 +24,5 @@ __all__ = [
     "load_config",
     "server_of",
     "validate",
+    "with_secrets",
 ]

@@ -58,7 +58,14 @@ class Config(_Section):
         return [m.model_copy(update={"name": m.name or f"s{i}"}) for i, m in enumerate(self.servers)]
 
     def snapshot(self) -> dict[str, Any]:
-        """Every setting. An "auto" that depends on which windows the file sets is pinned here,
+        """Every setting as it may be written (the ledger's config snapshot, its hash): ``settings``
+        with every secret masked (``redact.config``: values after key/token flags, ``env``
+        values, URL passwords). A resume gets them back from the config file (``with_secrets``)."""
+        return redact.config(self.settings())
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting, secrets included: what the effective config is built from, never
+        written. An "auto" that depends on which windows the file sets is pinned here,
         because a config rebuilt from this dump (a resume, the effective config) sets them all."""
         data = self.model_dump(mode="json")
         for cfg, dumped in zip([self.server, *self.servers], [data["server"], *data["servers"]], strict=True):
@@ -78,6 +85,24 @@ class Config(_Section):
     def hash(self) -> str:
         blob = json.dumps(self.snapshot(), sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def with_secrets(stored: Config, given: Config | None, flag: str) -> Config:
+    """A run's config as stored in the ledger (``snapshot``: its secrets masked) made whole again:
+    each masked value taken from ``given``, the same config file (the caller checked their hashes
+    match). BadInput naming the first masked field when there is a secret and no file."""
+    data = stored.snapshot()
+    where = redact.masked(data)
+    if where is None:
+        return stored
+    if given is None:
+        raise ConfigError(
+            flag,
+            where,
+            "the ledger keeps no secret (values after key/token flags, env values); give the "
+            f"run's config file again: wedgewatch run CONFIG {flag}",
+        )
+    return validate(redact.unmask(data, given.settings()), flag)
 
 
 def server_of(snapshot: dict[str, Any]) -> dict[str, Any]:

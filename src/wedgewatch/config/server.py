@@ -125,5 +125,10 @@ class ServerConfig(Section):
     """Restarts allowed in one run before giving up with a clear error."""
     restart_backoff: float = Field(2.0, ge=0)
     """Seconds before the first restart retry; doubles each time."""
+    max_same_start_failures: int = Field(3, ge=1)
+    """Start failures in a row, each the same way (the same exit during start-up, the same stage
+    never reached), after which the supervisor gives up at once with the log's last lines
+    (`serve`, `run` and `wrap` exit 1), instead of retrying with backoff up to `max_restarts`: a
+    server that cannot start (a bad flag, a missing model) will not start on the tenth try."""
     time_scale: float = Field(1.0, gt=0)
     """Divides every simulator duration (sim profile only)."""

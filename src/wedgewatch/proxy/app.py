@@ -37,6 +37,7 @@ from wedgewatch.proxy.passthrough import passthrough
 from wedgewatch.proxy.records import RecordSink
 from wedgewatch.proxy.shared import Shared
 from wedgewatch.proxy.upstream import StaticUpstream
+from wedgewatch.wire import access
 from wedgewatch.wire.heartbeat import Feed
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,15 @@ class Proxy:
         clock: Clock = SYSTEM,
         feed: Feed | None = None,
         routes: Sequence[web.RouteDef] = (),
+        api_key: str | None = None,
+        upstream_key: str | None = None,
+        open_paths: Sequence[str] = (),
     ) -> None:
+        # ``api_key``: the incoming key, checked on every route but /health and ``open_paths``,
+        # and taken off before a request goes upstream with ``upstream_key`` (wire/access.py).
+        self._access = access.middleware(
+            api_key, upstream_key=upstream_key, forwards=True, open_paths=open_paths
+        )
         self.feed = feed
         self._routes = list(routes)  # served beside the proxy's own (a serve's /wedgewatch/restart)
         self._engine: EngineWatch | None = None
@@ -139,7 +148,7 @@ class Proxy:
         if self.feed is not None:
             self._ctx.engine = engine_deadlines(self.watchdog, self.feed.heartbeat)
             self._engine = EngineWatch(self._inflight, self._clock, self.feed, self._ctx.engine)
-        app = web.Application(client_max_size=64 * 1024**2)
+        app = web.Application(client_max_size=64 * 1024**2, middlewares=[self._access])
         app.router.add_get("/wedgewatch/metrics", self._metrics)
         app.router.add_get("/wedgewatch/status", self._status)
         app.add_routes(self._routes)
@@ -149,9 +158,8 @@ class Proxy:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
-        sockname = self._runner.addresses[0]
-        shown = f"[{host}]" if ":" in host else host
-        self._url = f"http://{shown}:{sockname[1]}"
+        # The address really bound (0.0.0.0 stays 0.0.0.0: every interface), not the one asked for.
+        self._url = access.bound_url(self._runner.addresses[0])
         log.info("proxy on %s -> %s", self._url, self.upstream.base_url)
         return self._url
 

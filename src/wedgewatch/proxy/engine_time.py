@@ -163,6 +163,7 @@ class Scraper:
         # What the proxy holds on the server and has relayed from it (``Proxy.held_on``): work
         # and movement in every reading, whatever the server's gauges say.
         self.view = view
+        self.headers: dict[str, str] | None = None  # the server's own key, when it wants one
         self._last: Reading | None = None
         self._still_since: float | None = None
         self._fired = False
@@ -212,7 +213,7 @@ class Scraper:
             while True:
                 r: Reading | None = None
                 try:
-                    async with session.get(self.url) as resp:
+                    async with session.get(self.url, headers=self.headers) as resp:
                         if resp.status == 200:
                             held, relayed = self.view()
                             r = read_any(promtext.parse(await resp.text()), self.clock(), held, relayed)

@@ -11,7 +11,7 @@ from typing import Any
 
 from wedgewatch.base.errors import BadInput
 from wedgewatch.base.protocols import SandboxFactory
-from wedgewatch.config import Config
+from wedgewatch.config import Config, with_secrets
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger, shares_runs
 from wedgewatch.ledger.target import describe
@@ -117,7 +117,9 @@ def resume(
                 update={"run": given.run.model_copy(update={"attempts": stored.run.attempts})}
             )
         _same_config(given, stored, f"--resume {run_id}")
+        with_secrets(stored, given, f"--resume {run_id}")  # refused before any row is written
         cfg, found = resume_run(ledger, run_id, attempts)
+        cfg = with_secrets(cfg, given, f"--resume {run_id}")  # the ledger keeps none of them
         return _run(
             _execute_with_display(ledger, run_id, cfg, found, show_progress, make_sandbox, on_context)
         )
@@ -147,6 +149,7 @@ def join(
         lease.reap(ledger, run_id, by=None)
         in_force = int(queries.budgets(ledger, run_id)["attempts_max"])
         cfg = stored.model_copy(update={"run": stored.run.model_copy(update={"attempts": in_force})})
+        cfg = with_secrets(cfg, given, f"--join {run_id}")  # the ledger keeps none of them
         return _run(
             _execute_with_display(
                 ledger, run_id, cfg, None, show_progress, make_sandbox, on_context, join=True

@@ -62,7 +62,7 @@ def effective(cfg: Config) -> Config:
     """The config a run actually uses: ``run.time_scale`` applied to the simulator and to the
     proxy's deadlines (a simulated minute lasts 60/time_scale seconds, so must its deadlines), and
     ``run.seed`` handed to the simulator. The ledger keeps the config as written."""
-    data = cfg.snapshot()
+    data = cfg.settings()  # secrets included: the servers and agents it starts need them
     scale = cfg.run.time_scale
     watchdog = data["watchdog"]
     for server in data["servers"] or [data["server"]]:

@@ -93,6 +93,7 @@ class SimOptions:
     preload_age: int = 0
     fault_log: str | None = None  # JSONL: one line per request a fault or the wedge struck
     dialect: str = "vllm"  # whose metric names and health endpoints: vllm, or sglang (sim/sglang.py)
+    api_key: str | None = None  # vLLM's --api-key: every route but /health wants it (wire/access.py)
 
 
 class Histogram:

@@ -22,6 +22,7 @@ from wedgewatch.sim.metrics import make_registry, render
 from wedgewatch.sim.parse import Kind, RequestRejected, error_response, parse
 from wedgewatch.sim.policy import PolicyRequest, get_policy
 from wedgewatch.sim.scenario import Scenario, load_scenario
+from wedgewatch.wire import access
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,9 @@ async def anthropic_messages(request: web.Request) -> web.StreamResponse:
 
 
 def build_app(engine: Engine) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(
+        client_max_size=64 * 1024 * 1024, middlewares=[access.middleware(engine.opts.api_key)]
+    )
     app[ENGINE] = engine
     if engine.opts.dialect == "sglang":
         app["registry"] = sglang.make_registry(engine)
@@ -180,6 +183,9 @@ def check_options(opts: SimOptions) -> None:
         raise BadInput("--time-scale: must be > 0")
     if opts.dialect not in ("vllm", "sglang"):
         raise BadInput(f"--dialect: vllm or sglang, not {opts.dialect!r}")
+    if not 0 <= opts.port <= 65535:
+        raise BadInput(f"--port: must be in 0..65535, got {opts.port}")
+    access.require_key(opts.host, opts.api_key, env="VLLM_API_KEY")
 
 
 async def _serve(opts: SimOptions, scenario: Scenario, on_listening: Callable[[str], None]) -> int:
@@ -197,14 +203,17 @@ async def _serve(opts: SimOptions, scenario: Scenario, on_listening: Callable[[s
     )
     await runner.setup()
     site = web.TCPSite(runner, opts.host, opts.port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise BadInput(f"--port: cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}") from None
     server = site._server
     assert isinstance(server, asyncio.base_events.Server)
     port = server.sockets[0].getsockname()[1]
     engine.listener = server
     engine.ready_at = loop.time() + scenario.startup.unready_seconds / opts.time_scale
-    host = "127.0.0.1" if opts.host in ("", "0.0.0.0") else opts.host
-    on_listening(f"http://{host}:{port}")
+    on_listening(access.bound_url(server.sockets[0].getsockname()))  # the address really bound
     log.warning(
         "sim: listening on port %d: scenario %s, model %s, max_num_seqs %d, time scale %g",
         port,

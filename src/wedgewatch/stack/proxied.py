@@ -28,6 +28,8 @@ class ProxiedServer:
         metrics_url: str | None = None,
         scrape_interval: float = 1.0,
         heartbeat_window: float = 8.0,
+        api_key: str | None = None,
+        upstream_key: str | None = None,
     ) -> None:
         self.ledger = Ledger(ledger_path) if ledger_path is not None else None
         self.scraper = Scraper(metrics_url, Feed(heartbeat_window), scrape_interval) if metrics_url else None
@@ -37,8 +39,11 @@ class ProxiedServer:
             ledger=self.ledger,
             records_path=records,
             feed=self.scraper.feed if self.scraper else None,
+            api_key=api_key,
+            upstream_key=upstream_key,
         )
         if self.scraper is not None:
+            self.scraper.headers = {"Authorization": f"Bearer {upstream_key}"} if upstream_key else None
             # The proxy's own requests are work the server's gauges may not show (Scraper's doc).
             self.scraper.busy = lambda: self.proxy.in_flight() > 0
             self.scraper.view = lambda: self.proxy.held_on(None)

@@ -25,7 +25,12 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor import Supervisor
 from wedgewatch.supervisor.admin import routes as admin_routes
+from wedgewatch.supervisor.life import api_key as life_api_key
 from wedgewatch.supervisor.pool import Pool
+
+RESTART_PATH = "/wedgewatch/restart"
+"""admin.py's restart route: it checks a bearer token of its own (a pool's ``restart_url`` sends
+that one), so the proxy's incoming key does not guard it twice."""
 
 
 class Stack:
@@ -41,6 +46,7 @@ class Stack:
         run_id: str | None = None,
         admin: bool = False,
         restart_token: str | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.bus = EventBus()
         members = [servers] if isinstance(servers, ServerConfig) else list(servers)
@@ -48,9 +54,19 @@ class Stack:
         # ``admin``: the proxy also answers /wedgewatch/servers and (with ``restart_token``) POST
         # /wedgewatch/restart, for a pool on another host (``wedgewatch serve``).
         routes = admin_routes(self.pool, restart_token) if admin else []
-        # The supervisors hand their heartbeats (readings, wedge verdicts) to the proxy in-process.
+        # ``api_key``: the proxy's incoming key (wire/access.py); what goes upstream in its place is
+        # the servers' own --api-key, when they share one. /wedgewatch/restart checks its own token.
+        keys = {life_api_key(m.args) for m in members}
         self.proxy = Proxy(
-            self.pool, watchdog, ledger=ledger, bus=self.bus, feed=self.pool.feed, routes=routes
+            self.pool,
+            watchdog,
+            ledger=ledger,
+            bus=self.bus,
+            feed=self.pool.feed,
+            routes=routes,
+            api_key=api_key,
+            upstream_key=keys.pop() if len(keys) == 1 else None,
+            open_paths=[RESTART_PATH] if admin else [],
         )
         self.watchdog = watchdog
         self._detach = self.pool.attach(self.bus)

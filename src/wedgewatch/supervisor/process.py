@@ -13,6 +13,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from wedgewatch.base.errors import ServerStartError
+from wedgewatch.base.files import PRIVATE_FILE, private_dir
+from wedgewatch.base.redact import Scrubber
 
 log = logging.getLogger(__name__)
 
@@ -128,17 +131,99 @@ def _wait_group_gone(pgid: int, timeout: float) -> bool:
     return True
 
 
+PUMP_READ = 65536
+"""Bytes the log pump asks the pipe for at once: whatever is there comes back at once, so a
+server that prints much is never held up by its log."""
+
+PUMP_HOLD = 1 << 20
+"""Bytes of one line without its end the pump holds before writing it anyway (a progress bar
+that never ends its line)."""
+
+
+def _pump(source: int, log_fd: int, scrubber: Scrubber) -> None:
+    """Copy a server's output from its pipe to its log, line by line through ``scrubber``, until
+    every writer has closed the pipe; then the rest. Whole lines only are scrubbed, so a secret
+    split across two reads is still found; nothing is dropped."""
+    held = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(source, PUMP_READ)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            held += chunk
+            end = max(held.rfind(b"\n"), held.rfind(b"\r")) + 1
+            if end == 0 and len(held) < PUMP_HOLD:
+                continue
+            cut = end or len(held)
+            os.write(log_fd, scrubber.line(held[:cut]))
+            held = held[cut:]
+        if held:
+            os.write(log_fd, scrubber.line(held))
+    finally:
+        os.close(source)
+        os.close(log_fd)
+
+
+def open_log(path: Path) -> int:
+    """A life's log file for appending, the user's only (its directory too)."""
+    private_dir(path.parent)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
+
+
+def spawn_logged(
+    argv: list[str], log_path: Path, scrubber: Scrubber, env: Mapping[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], threading.Thread]:
+    """``argv`` in its own session and process group, its stdout and stderr through a pipe and
+    ``scrubber`` into ``log_path`` (vLLM, for one, prints its arguments, keys included, at start).
+    Returns the process and the thread that pumps its output (it ends when the group is gone)."""
+    log_fd = open_log(log_path)
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            start_new_session=True,
+            env=env,
+        )
+    except BaseException:
+        for fd in (read_fd, write_fd, log_fd):
+            os.close(fd)
+        raise
+    os.close(write_fd)  # the children hold it now: the pipe ends when the last of them exits
+    pump = threading.Thread(target=_pump, args=(read_fd, log_fd, scrubber), name="log-pump", daemon=True)
+    pump.start()
+    return proc, pump
+
+
+PUMP_JOIN = 5.0
+"""Seconds a stop waits for the log pump to write the last lines of a group that is gone (a
+grandchild that left the group may hold the pipe open for ever: the thread is a daemon)."""
+
+
 class LocalServer:
-    """A server we launch: its own session and process group, stdout and stderr to one file."""
+    """A server we launch: its own session and process group, stdout and stderr to one file,
+    through a ``Scrubber`` that masks ``secrets`` (the values of its key flags and secret env)."""
 
     def __init__(
-        self, argv: list[str], base_url: str, log_path: Path, env: Mapping[str, str] | None = None
+        self,
+        argv: list[str],
+        base_url: str,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        secrets: list[str] | None = None,
     ) -> None:
         self.argv = argv
         self._base_url = base_url
         self.log_path = log_path
         self._env = env
+        self._scrubber = Scrubber(secrets or ())
         self._proc: subprocess.Popen[bytes] | None = None
+        self._pump: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
@@ -149,17 +234,8 @@ class LocalServer:
         return self._proc.pid if self._proc else None
 
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self._env} if self._env else None
-        with self.log_path.open("ab") as logf:
-            self._proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=env,
-            )
+        self._proc, self._pump = spawn_logged(self.argv, self.log_path, self._scrubber, env)
 
     def poll(self) -> int | None:
         return self._proc.poll() if self._proc else None
@@ -185,6 +261,8 @@ class LocalServer:
         code = proc.wait()
         if not _wait_group_gone(pgid, 5.0):
             log.error("process group %d still has members after SIGKILL", pgid)
+        if self._pump is not None:
+            self._pump.join(PUMP_JOIN)  # its last lines are in the log before the life's end row
         return code
 
 
@@ -258,8 +336,10 @@ class HookServer:
         timeout: float,
         restart_url: str | None = None,
         token_env: str = "",
+        secrets: list[str] | None = None,
     ) -> None:
         self._base_url = base_url
+        self.secrets = secrets or []  # masked in the hook's log (a token on its command line)
         self.hook = hook
         self.log_path = log_path
         self.timeout = timeout
@@ -280,18 +360,16 @@ class HookServer:
             return
         if not self.hook:
             return
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with self.log_path.open("ab") as logf:
-                proc = subprocess.run(
-                    self.hook,
-                    stdin=subprocess.DEVNULL,
-                    stdout=logf,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    timeout=self.timeout,
-                    check=False,
-                )
+            proc, pump = spawn_logged(self.hook, self.log_path, Scrubber(self.secrets))
+            try:
+                proc.wait(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise
+            finally:
+                pump.join(PUMP_JOIN)
         except (OSError, subprocess.SubprocessError) as exc:
             raise ServerStartError(f"restart hook {self.hook[0]!r} failed: {exc}") from None
         if proc.returncode != 0:

@@ -111,7 +111,8 @@ class Starter:
         argv = profiles.launch_argv(cfg, self.profile, cfg.host, port)
         life_id = new_life_id()
         log_path = Path(cfg.log_dir) / f"{life_id}.log"
-        proc = LocalServer(argv, f"http://{cfg.host}:{port}", log_path, cfg.env)
+        secrets = redact.secret_values(argv, cfg.env)  # masked in its log as it prints them
+        proc = LocalServer(argv, f"http://{cfg.host}:{port}", log_path, cfg.env, secrets)
         try:
             proc.start()
         except OSError as exc:
@@ -127,7 +128,13 @@ class Starter:
         hook = cfg.restart_hook if run_hook else []
         restart_url = cfg.restart_url if run_hook else None
         proc = HookServer(
-            cfg.url.rstrip("/"), hook, log_path, cfg.startup_timeout, restart_url, cfg.restart_token_env
+            cfg.url.rstrip("/"),
+            hook,
+            log_path,
+            cfg.startup_timeout,
+            restart_url,
+            cfg.restart_token_env,
+            redact.secret_values(hook, cfg.env),
         )
         return self.new_life(proc, list(cfg.restart_hook), reason, owned=False, log_path=log_path)
 

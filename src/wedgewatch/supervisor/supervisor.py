@@ -271,6 +271,7 @@ class Supervisor:
                 )
                 await self._end(life, kind)
                 failures += 1
+                self.policy.start_failed(exc)  # the same failure N times in a row: no more tries
                 self.policy.count(exc, kind)
                 delay = self.policy.backoff(failures)
                 log.warning("%s (%s); retrying in %.1fs", kind, str(exc).splitlines()[0], delay)
