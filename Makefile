@@ -85,6 +85,7 @@ bench: $(STAMP)
 	$(BIN)/wedgewatch bench proxy
 	$(BIN)/wedgewatch bench runner
 	$(BIN)/wedgewatch bench llamacpp
+	$(BIN)/wedgewatch bench vllm
 	$(BIN)/wedgewatch bench detection
 	$(BIN)/wedgewatch bench scale
 

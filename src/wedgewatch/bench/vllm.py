@@ -133,7 +133,9 @@ class Rig:
         await self.sup.wait_ready()
         next_life = time.monotonic() - acted
         [row] = self.ledger.query(
-            "SELECT outcome FROM requests WHERE life_id = ? AND client_stream = 1", (life.life_id,)
+            "SELECT outcome FROM requests WHERE life_id = ? AND client_stream = 1 "
+            "ORDER BY started_at DESC LIMIT 1",  # the wedged stream: the last on its life
+            (life.life_id,),
         )
         [ended] = self.ledger.query(
             "SELECT end_reason FROM server_life_view WHERE life_id = ?", (life.life_id,)
