@@ -350,7 +350,7 @@ def test_a_runner_paused_as_it_judges_takes_no_live_runner_for_dead(pg_url: str)
             def query(self, sql: str, params: Any = ()) -> Any:
                 rows = lg.query(sql, params)
                 if "runner_beats" in sql:
-                    time.sleep(2.0)
+                    time.sleep(2.0)  # the subject: a pause longer than the 1 s lease, the beats going on
                 return rows
 
         lg.append("runner_beats", {"runner_id": "other"})
