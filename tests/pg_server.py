@@ -14,7 +14,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -110,5 +109,4 @@ def start() -> Iterator[PgServer]:
             [*run, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
             capture_output=True,
         )
-        time.sleep(0)
         shutil.rmtree(root, ignore_errors=True)
