@@ -143,15 +143,22 @@ def unmask(stored: Any, given: Any) -> Any:
     return stored
 
 
+ENV_SECRET = 8
+"""An ``env`` value whose name does not say it is a secret is scrubbed from logs from this length
+on: the config snapshot masks every env value, and a log line must not show what the snapshot
+hid; a shorter one (``0``, ``auto``, ``fp16``) would mask harmless text everywhere it appears."""
+
+
 def secret_values(args: Iterable[str], env: Mapping[str, str]) -> list[str]:
     """The literal secrets of a server's settings, for its ``Scrubber``: each value after a
     key/token/secret/password flag, every ``env`` value whose name says it is one (HF_TOKEN,
-    VLLM_API_KEY, ...; other values such as CUDA_VISIBLE_DEVICES=0 would mask harmless text), and
-    the passwords of URLs among them."""
+    VLLM_API_KEY, ...) and every other of ``ENV_SECRET`` characters or more, and the passwords of
+    URLs among them."""
     args = list(args)
     shown = argv(args)
     found = [a.split("=", 1)[1] if "=" in a else a for a, s in zip(args, shown, strict=True) if a != s]
-    found += [v for k, v in env.items() if _SECRET_FLAG.search(k) or _SECRET_NAME.search(k)]
+    named = [v for k, v in env.items() if _SECRET_FLAG.search(k) or _SECRET_NAME.search(k)]
+    found += named + [v for v in env.values() if len(v) >= ENV_SECRET and v not in named]
     for a in [*args, *env.values()]:
         if "://" in a:
             try:

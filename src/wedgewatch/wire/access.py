@@ -106,15 +106,17 @@ def middleware(
 ) -> Middleware:
     """An aiohttp middleware: with ``key``, 401 on every route but ``OPEN_PATHS`` and
     ``open_paths`` for a request without it; ``forwards`` (the proxy): the client's key is taken
-    off every request let in, and ``upstream_key`` put on, before any handler forwards it."""
-    free = OPEN_PATHS | frozenset(open_paths)
+    off every request let in, and ``upstream_key`` put on, before any handler forwards it, but on
+    ``open_paths``, which check a token of their own in the same header."""
+    own = frozenset(open_paths)  # routes with a token of their own: neither checked nor rewritten
+    free = OPEN_PATHS | own
     rewrites = forwards and (key is not None or upstream_key is not None)
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if key is not None and request.path not in free and not matches(presented(request.headers), key):
             return _refused()
-        if rewrites:
+        if rewrites and request.path not in own:
             request = request.clone(headers=forwarded_headers(request.headers, upstream_key))
         return await handler(request)
 
