@@ -186,7 +186,7 @@ def test_latest_verdict_wins_and_an_error_does_not_erase_one(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("status", sorted(RETRIED | MODEL_SIDE))
 def test_view_agrees_with_the_retry_policy(tmp_path: Path, status: str) -> None:
-    """The SQL view and runner.retry name the same statuses: retried ones get another attempt,
+    """The SQL view and vocab's retry rule name the same statuses: retried ones get another attempt,
     budgeted ones run out after attempts_max, model-side ones are final."""
     with Ledger(tmp_path / "l.sqlite") as lg:
         make_run(lg, "r", ["a"], attempts_max=2)

@@ -23,6 +23,7 @@ from wedgewatch.agents.llm_errors import is_context_window, stall_kind, translat
 from wedgewatch.agents.trajectory import Trajectory, Turn
 from wedgewatch.base.errors import HarnessError, WedgewatchError
 from wedgewatch.base.protocols import AgentResult, AgentTask
+from wedgewatch.base.vocab import EARLY_STOP, SUBMITTED
 from wedgewatch.config import AgentConfig
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ class BashAgent:
             if prompts.is_submission(result.output, result.exit_code):
                 turn.submitted = True
                 return AgentResult(
-                    status="submitted",
+                    status=SUBMITTED,
                     patch=task.sandbox.diff(),
                     steps=len(traj.turns),
                     tokens=traj.tokens,
@@ -216,4 +217,4 @@ class BashAgent:
     @staticmethod
     def _stop(reason: str, traj: Trajectory) -> AgentResult:
         log.info("attempt %s: early_stop %s after %d steps", traj.attempt_id, reason, len(traj.turns))
-        return AgentResult(status="early_stop", reason=reason, steps=len(traj.turns), tokens=traj.tokens)
+        return AgentResult(status=EARLY_STOP, reason=reason, steps=len(traj.turns), tokens=traj.tokens)

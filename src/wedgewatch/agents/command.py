@@ -29,6 +29,7 @@ from typing import Any
 
 from wedgewatch.base import errors
 from wedgewatch.base.protocols import AgentResult, AgentTask
+from wedgewatch.base.vocab import EARLY_STOP, SUBMITTED
 from wedgewatch.config import AgentConfig
 from wedgewatch.sandbox import groups
 
@@ -132,7 +133,7 @@ class CommandAgent:
                 )
             patch, source = self._patch(task, patch_file)
             record["patch_source"] = source
-            status, reason = ("submitted", "") if exit_code == 0 else ("early_stop", "agent_exit")
+            status, reason = (SUBMITTED, "") if exit_code == 0 else (EARLY_STOP, "agent_exit")
             record["status"], record["reason"] = status, reason
             extra = {k: record[k] for k in ("exit_code", "duration", "output", "patch_source")}
             return AgentResult(status=status, reason=reason, patch=patch, extra=extra)

@@ -14,6 +14,7 @@ from typing import Any
 
 from wedgewatch.agents.llm_errors import translate
 from wedgewatch.base.protocols import AgentResult, AgentTask
+from wedgewatch.base.vocab import SUBMITTED
 from wedgewatch.config import AgentConfig
 
 PATCH = "diff --git a/ECHO b/ECHO\nnew file mode 100644\n--- /dev/null\n+++ b/ECHO\n@@ -0,0 +1 @@\n+echo\n"
@@ -58,4 +59,4 @@ class EchoAgent:
         except Exception as exc:
             raise translate(exc) from exc
         tokens = int(reply.usage.total_tokens) if reply.usage is not None else 0
-        return AgentResult(status="submitted", patch=PATCH, steps=1, tokens=tokens)
+        return AgentResult(status=SUBMITTED, patch=PATCH, steps=1, tokens=tokens)

@@ -24,6 +24,7 @@ from typing import Any
 from wedgewatch.agents.llm_errors import is_context_window, translate
 from wedgewatch.base import errors
 from wedgewatch.base.protocols import AgentResult, AgentTask, Sandbox
+from wedgewatch.base.vocab import EARLY_STOP, HARNESS_ERROR, SUBMITTED
 from wedgewatch.config import AgentConfig
 
 log = logging.getLogger(__name__)
@@ -232,7 +233,7 @@ class MiniSweAgent:
             raise
         except Exception as exc:
             if is_context_window(exc):
-                result = self._result(agent, task, "early_stop", "context_window", type(exc).__name__)
+                result = self._result(agent, task, EARLY_STOP, "context_window", type(exc).__name__)
                 self._save(agent, task.trajectory_path, result.status, result.reason)
                 return result
             mapped = translate(exc)
@@ -240,11 +241,11 @@ class MiniSweAgent:
             raise mapped from exc
         exit_status = str(info.get("exit_status", ""))
         if exit_status == "Submitted":
-            result = self._result(agent, task, "submitted", "", exit_status, str(info.get("submission", "")))
+            result = self._result(agent, task, SUBMITTED, "", exit_status, str(info.get("submission", "")))
         elif exit_status in EARLY_STOPS:
-            result = self._result(agent, task, "early_stop", EARLY_STOPS[exit_status], exit_status)
+            result = self._result(agent, task, EARLY_STOP, EARLY_STOPS[exit_status], exit_status)
         else:
-            self._save(agent, task.trajectory_path, "harness_error", f"exit_status {exit_status}")
+            self._save(agent, task.trajectory_path, HARNESS_ERROR, f"exit_status {exit_status}")
             raise errors.AgentCrash(f"mini-swe-agent ended with exit status {exit_status!r}")
         self._save(agent, task.trajectory_path, result.status, result.reason)
         return result

@@ -14,6 +14,7 @@ from typing import Any
 
 from wedgewatch.base.errors import status_of
 from wedgewatch.base.protocols import AgentResult, CommandResult
+from wedgewatch.base.vocab import RUNNING
 
 FORMAT = "wedgewatch-trajectory-1"
 
@@ -53,7 +54,7 @@ class Trajectory:
     turns: list[Turn] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    status: str = "running"
+    status: str = RUNNING
     reason: str = ""
     patch: str = ""
     error: dict[str, str] | None = None

@@ -16,7 +16,17 @@ from wedgewatch.analysis.lives import WEDGE_ENDINGS
 from wedgewatch.analysis.summary import summarise
 from wedgewatch.analysis.survival import life_ages
 from wedgewatch.analysis.text import points, rate_text, table
-from wedgewatch.base.vocab import MODEL_OUTCOMES, OUTCOMES, STALL_KINDS
+from wedgewatch.base.vocab import (
+    API_ERROR,
+    HARNESS_ERROR,
+    INFRA_FAILED,
+    INTERRUPTED,
+    MODEL_OUTCOMES,
+    OUTCOMES,
+    PENDING,
+    RESOLVED,
+    STALL_KINDS,
+)
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 
@@ -28,13 +38,13 @@ def _infra(s: dict[str, Any]) -> dict[str, Any]:
     n = s["instances"]
     return {
         "instances": n,
-        "infra_failed": s["outcomes"]["infra_failed"],
-        "pending": s["outcomes"]["pending"],
+        INFRA_FAILED: s["outcomes"][INFRA_FAILED],
+        PENDING: s["outcomes"][PENDING],
         "attempts": s["attempts"]["total"],
-        "api_error_attempts": by["api_error"],
-        "api_error_per_instance": (by["api_error"] / n) if n else None,
-        "harness_error_attempts": by["harness_error"],
-        "interrupted_attempts": by["interrupted"],
+        "api_error_attempts": by[API_ERROR],
+        "api_error_per_instance": (by[API_ERROR] / n) if n else None,
+        "harness_error_attempts": by[HARNESS_ERROR],
+        "interrupted_attempts": by[INTERRUPTED],
         "stalls": s["stalls"],
         "restarts": s["server"]["restarts"],
         "wedges": s["server"]["wedges"],
@@ -66,8 +76,8 @@ def _independent(
 ) -> dict[str, Any]:
     """Fisher's exact test on what is not paired: infra_failed instances, and wedged lives."""
     return {
-        "infra_failed": twogroups.two_groups(
-            sa["outcomes"]["infra_failed"], sa["instances"], sb["outcomes"]["infra_failed"], sb["instances"]
+        INFRA_FAILED: twogroups.two_groups(
+            sa["outcomes"][INFRA_FAILED], sa["instances"], sb["outcomes"][INFRA_FAILED], sb["instances"]
         ),
         "wedged_lives": twogroups.two_groups(wa[0], wa[1], wb[0], wb[1]),
     }
@@ -76,9 +86,9 @@ def _independent(
 def _paired(common: list[str], oa: dict[str, Any], ob: dict[str, Any]) -> dict[str, Any]:
     """McNemar's exact test on the instances both runs finished with a model outcome."""
     both = [i for i in common if oa[i]["outcome"] in MODEL_OUTCOMES and ob[i]["outcome"] in MODEL_OUTCOMES]
-    only_a = sum(1 for i in both if oa[i]["outcome"] == "resolved" and ob[i]["outcome"] != "resolved")
-    only_b = sum(1 for i in both if ob[i]["outcome"] == "resolved" and oa[i]["outcome"] != "resolved")
-    both_res = sum(1 for i in both if oa[i]["outcome"] == ob[i]["outcome"] == "resolved")
+    only_a = sum(1 for i in both if oa[i]["outcome"] == RESOLVED and ob[i]["outcome"] != RESOLVED)
+    only_b = sum(1 for i in both if ob[i]["outcome"] == RESOLVED and oa[i]["outcome"] != RESOLVED)
+    both_res = sum(1 for i in both if oa[i]["outcome"] == ob[i]["outcome"] == RESOLVED)
     return {
         "instances": len(both),
         "both_resolved": both_res,
@@ -178,15 +188,15 @@ def verdict(r: dict[str, Any]) -> list[str]:
             sentence += ": with so few discordant pairs no p-value below 0.05 is possible"
         out.append(sentence + ".")
     for letter, inf in zip(LETTERS, (inf_a, inf_b), strict=True):
-        if inf["infra_failed"] or inf["api_error_attempts"]:
+        if inf[INFRA_FAILED] or inf["api_error_attempts"]:
             out.append(
-                f"Run {letter} lost {inf['infra_failed']} instance(s) to the infrastructure "
+                f"Run {letter} lost {inf[INFRA_FAILED]} instance(s) to the infrastructure "
                 f"(infra_failed) and had {inf['api_error_attempts']} api_error attempt(s), "
                 f"{inf['restarts']} restart(s): those instances are left out of the model-outcome "
                 "rate, not counted as the model's failures."
             )
-        if inf["pending"]:
-            out.append(f"Run {letter} has {inf['pending']} pending instance(s): its rates may still change.")
+        if inf[PENDING]:
+            out.append(f"Run {letter} has {inf[PENDING]} pending instance(s): its rates may still change.")
     da = r["difference"]["all"]
     if (
         da["diff"] is not None
@@ -198,7 +208,7 @@ def verdict(r: dict[str, Any]) -> list[str]:
             "Over all instances the difference points the other way: the infrastructure, not the "
             "model, accounts for it."
         )
-    for key, what in (("infra_failed", "infra_failed instances"), ("wedged_lives", "wedged server lives")):
+    for key, what in ((INFRA_FAILED, "infra_failed instances"), ("wedged_lives", "wedged server lives")):
         said = twogroups.sentence(r["independent"][key], what)
         if said:
             out.append(said)
@@ -259,8 +269,8 @@ def render_text(r: dict[str, Any]) -> str:
     ia, ib = r["infrastructure"]["a"], r["infrastructure"]["b"]
     lines += ["", "infrastructure:"]
     rows: list[list[Any]] = [
-        ["infra_failed instances", ia["infra_failed"], ib["infra_failed"]],
-        ["pending instances", ia["pending"], ib["pending"]],
+        ["infra_failed instances", ia[INFRA_FAILED], ib[INFRA_FAILED]],
+        ["pending instances", ia[PENDING], ib[PENDING]],
         ["attempts", ia["attempts"], ib["attempts"]],
         ["api_error attempts", ia["api_error_attempts"], ib["api_error_attempts"]],
         ["api_error per instance", ia["api_error_per_instance"], ib["api_error_per_instance"]],
@@ -275,7 +285,7 @@ def render_text(r: dict[str, Any]) -> str:
     lines += table(["", "A", "B"], rows)
     ind = r["independent"]
     lines += ["", "independent groups (Fisher's exact test):"]
-    lines += twogroups.render(ind["infra_failed"], "infra_failed instances")
+    lines += twogroups.render(ind[INFRA_FAILED], "infra_failed instances")
     lines += twogroups.render(ind["wedged_lives"], "server lives that wedged (wedge or api_errors restart)")
     lines += ["", "configuration:"]
     if r["config_diff"]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from wedgewatch.base.vocab import ADOPTED
 from wedgewatch.config import server_of
 from wedgewatch.ledger.store import Ledger
 
@@ -100,7 +101,7 @@ def server_age_at_start(snap: dict[str, Any], first_start_reason: str | None) ->
     preload = _flags(args).get(PRELOAD)
     if preload not in (None, True, "0"):
         return f"{preload} requests (simulated)"
-    if first_start_reason == "adopted":
+    if first_start_reason == ADOPTED:
         return "adopted, age unknown"
     if first_start_reason is None:
         return "no server life"

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from wedgewatch.base.vocab import MODEL_OUTCOMES
+from wedgewatch.base.vocab import API_ERROR, EARLY_STOP, MODEL_OUTCOMES, RESOLVED, RETRIED
 from wedgewatch.config import server_of
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
@@ -23,10 +23,10 @@ FORMATS = ("swebench", "results", "csv")
 CSV_FIELDS = (
     "instance_id",
     "outcome",
-    "resolved",
+    RESOLVED,
     "has_model_outcome",
-    "api_error",
-    "early_stop",
+    API_ERROR,
+    EARLY_STOP,
     "n_attempts",
     "final_status",
     "final_reason",
@@ -87,7 +87,7 @@ def _attempt_record(a: Any) -> dict[str, Any]:
         },
         "steps": a["steps"],
         "tokens": a["tokens"],
-        "resolved": None if a["resolved"] is None else bool(a["resolved"]),
+        RESOLVED: None if a[RESOLVED] is None else bool(a[RESOLVED]),
         "sandbox": a["sandbox_path"],
     }
 
@@ -105,10 +105,10 @@ def results(ledger: Ledger, run_id: str) -> Iterator[dict[str, Any]]:
             "outcome": o["outcome"],
             # null, not false, without a model outcome: averaging the column must not fold the
             # infrastructure's failures (or work not done yet) into the model's score.
-            "resolved": (o["outcome"] == "resolved") if scored else None,
+            RESOLVED: (o["outcome"] == RESOLVED) if scored else None,
             "has_model_outcome": scored,
-            "api_error": any(a["status"] == "api_error" for a in attempts),
-            "early_stop": o["outcome"] == "early_stop",
+            API_ERROR: any(a["status"] == API_ERROR for a in attempts),
+            EARLY_STOP: o["outcome"] == EARLY_STOP,
             "final_status": o["final_status"],
             "final_reason": o["final_reason"],
             "n_attempts": len(attempts),
@@ -118,14 +118,14 @@ def results(ledger: Ledger, run_id: str) -> Iterator[dict[str, Any]]:
 
 def _csv_rows(ledger: Ledger, run_id: str) -> Iterator[dict[str, Any]]:
     for rec in results(ledger, run_id):
-        infra = [a for a in rec["attempts"] if a["status"] in ("api_error", "harness_error", "interrupted")]
+        infra = [a for a in rec["attempts"] if a["status"] in RETRIED]
         yield {
             "instance_id": rec["instance_id"],
             "outcome": rec["outcome"],
-            "resolved": "" if rec["resolved"] is None else int(rec["resolved"]),  # empty: no model outcome
+            RESOLVED: "" if rec[RESOLVED] is None else int(rec[RESOLVED]),  # empty: no model outcome
             "has_model_outcome": int(rec["has_model_outcome"]),
-            "api_error": int(rec["api_error"]),
-            "early_stop": int(rec["early_stop"]),
+            API_ERROR: int(rec[API_ERROR]),
+            EARLY_STOP: int(rec[EARLY_STOP]),
             "n_attempts": rec["n_attempts"],
             "final_status": rec["final_status"] or "",
             "final_reason": rec["final_reason"] or "",

@@ -17,7 +17,7 @@ from wedgewatch.analysis import plots
 from wedgewatch.analysis.rundata import RunData, load_run
 from wedgewatch.analysis.survival import Survival, ci_text, survival
 from wedgewatch.analysis.text import rate_text
-from wedgewatch.base.vocab import IN_FLIGHT, MODEL_OUTCOMES
+from wedgewatch.base.vocab import IN_FLIGHT, INFRA_FAILED, MODEL_OUTCOMES, PENDING, RUNNING
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 
@@ -46,8 +46,8 @@ def summary_rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[st
     ]
     rows += [row(k, lambda s, k=k: s["outcomes"][k], "model outcome") for k in MODEL_OUTCOMES]
     rows += [
-        row("infra_failed", lambda s: s["outcomes"]["infra_failed"], "every attempt failed on our or the server's side"),
-        row("pending", lambda s: s["outcomes"]["pending"], "not final yet"),
+        row(INFRA_FAILED, lambda s: s["outcomes"][INFRA_FAILED], "every attempt failed on our or the server's side"),
+        row(PENDING, lambda s: s["outcomes"][PENDING], "not final yet"),
         row("resolved / all instances", lambda s: rate_text(s["resolved_rate_all"]), "95% Wilson interval"),
         row("resolved / model outcomes", lambda s: rate_text(s["resolved_rate_model"]), "infra_failed and pending left out"),
         row("attempts", lambda s: f"{s['attempts']['total']}: {_counts(s['attempts']['by_status'])}"),
@@ -88,7 +88,7 @@ def _life_rows(rd: RunData) -> list[dict[str, Any]]:
             "life": lv["life_id"],
             "start_reason": lv["start_reason"],
             "ready": _secs(lv["ready_seconds"]),
-            "end_reason": lv["end_reason"] or "running",
+            "end_reason": lv["end_reason"] or RUNNING,
             "age_requests": "-" if lv["age_requests"] is None else lv["age_requests"],
             "age_tokens": "-" if lv["age_tokens"] is None else lv["age_tokens"],
             "alive": _secs(lv["seconds_alive"]),

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.base.errors import BadInput
+from wedgewatch.base.vocab import EMPTY_PATCH, RESOLVED, UNRESOLVED
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 
@@ -61,13 +62,13 @@ def verdicts(report: dict[str, Any]) -> dict[str, tuple[int | None, str]]:
     """instance_id -> (resolved, verdict name), applying the rules in the module docstring."""
     out: dict[str, tuple[int | None, str]] = {}
     for iid in report.get("empty_patch_ids", []):
-        out[iid] = (0, "empty_patch")
+        out[iid] = (0, EMPTY_PATCH)
     for iid in report.get("error_ids", []):
         out[iid] = (0, "error")
     for iid in report.get("unresolved_ids", []):
-        out[iid] = (0, "unresolved")
+        out[iid] = (0, UNRESOLVED)
     for iid in report.get("resolved_ids", []):
-        out[iid] = (1, "resolved")
+        out[iid] = (1, RESOLVED)
     for iid in report.get("infra_failure_ids", []):
         out[iid] = (None, "infra_failure")
     return out
@@ -93,7 +94,7 @@ def import_report(ledger: Ledger, run_id: str | None, path: str | Path) -> Impor
             {
                 "attempt_id": attempt_id,
                 "ts": now,
-                "resolved": resolved,
+                RESOLVED: resolved,
                 "source": "swebench_report",
                 "detail_json": {"verdict": verdict, "report": str(path)},
             }

@@ -24,9 +24,10 @@ from typing import Any
 
 from wedgewatch.analysis.survival import Survival, kaplan_meier, life_ages
 from wedgewatch.analysis.survival import render_text as survival_text
+from wedgewatch.base.vocab import API_ERRORS, MODEL_SIDE, WEDGE, sql_list
 from wedgewatch.ledger.store import Ledger
 
-WEDGE_ENDINGS = ("wedge", "api_errors")
+WEDGE_ENDINGS = (WEDGE, API_ERRORS)
 AXES = ("instances", "requests", "tokens")
 # The setting each axis's interval goes into (requests have none: the supervisor does not count
 # them toward recycling).
@@ -37,8 +38,8 @@ def _instances_by_life(ledger: Ledger, run_id: str) -> dict[str, list[float]]:
     """The end times of the model-side attempts of each life of the run."""
     out: dict[str, list[float]] = {}
     for r in ledger.query(
-        "SELECT life_id, ended_at FROM attempt_view WHERE run_id = ? AND status IN ('submitted', "
-        "'early_stop') AND life_id IS NOT NULL",
+        f"SELECT life_id, ended_at FROM attempt_view WHERE run_id = ? AND status IN ({sql_list(MODEL_SIDE)}) "
+        "AND life_id IS NOT NULL",
         (run_id,),
     ):
         out.setdefault(r["life_id"], []).append(float(r["ended_at"]))

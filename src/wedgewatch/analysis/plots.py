@@ -14,35 +14,52 @@ from typing import Any
 
 from wedgewatch.analysis.rundata import RunData
 from wedgewatch.analysis.survival import Survival
-from wedgewatch.base.vocab import STALL_KINDS
+from wedgewatch.base.vocab import (
+    API_ERROR,
+    API_ERRORS,
+    CRASH,
+    EARLY_STOP,
+    FIRST_LIFE,
+    HARNESS_ERROR,
+    INTERRUPTED,
+    OK,
+    RUNNING,
+    STALL_KINDS,
+    STALL_MIDSTREAM,
+    STALL_TTFT,
+    STOP,
+    SUBMITTED,
+    TOTAL_TIMEOUT,
+    TRICKLE,
+    WEDGE,
+)
 
 STATUS_COLORS = {
-    "submitted": "#2a9d8f",
-    "early_stop": "#e9c46a",
-    "api_error": "#e63946",
-    "harness_error": "#8d5fd3",
-    "interrupted": "#9e9e9e",
-    "running": "#8ecae6",
+    SUBMITTED: "#2a9d8f",
+    EARLY_STOP: "#e9c46a",
+    API_ERROR: "#e63946",
+    HARNESS_ERROR: "#8d5fd3",
+    INTERRUPTED: "#9e9e9e",
+    RUNNING: "#8ecae6",
 }
 END_COLORS = {
-    "stop": "#9e9e9e",
-    "wedge": "#e63946",
-    "crash": "#6d1a1a",
-    "api_errors": "#f4a261",
-    "running": "#8ecae6",
+    STOP: "#9e9e9e",
+    WEDGE: "#e63946",
+    CRASH: "#6d1a1a",
+    API_ERRORS: "#f4a261",
+    RUNNING: "#8ecae6",
 }
 REQUEST_COLORS = {
-    "ok": "#2a9d8f",
-    "stall_ttft": "#e63946",
-    "stall_midstream": "#f4a261",
-    "trickle": "#e9c46a",
-    "total_timeout": "#8d5fd3",
+    OK: "#2a9d8f",
+    STALL_TTFT: "#e63946",
+    STALL_MIDSTREAM: "#f4a261",
+    TRICKLE: "#e9c46a",
+    TOTAL_TIMEOUT: "#8d5fd3",
     "other": "#6c757d",
 }
 CURVE_COLORS = ("#1d3557", "#e76f51", "#2a9d8f", "#8d5fd3", "#6c757d")
 MAX_INSTANCE_ROWS = 60  # more instances than this: the timeline packs attempts into lanes
 MAX_LABELS = 40
-_FIRST_LIFE = ("run_start", "adopted")
 
 
 def _figure(width: float, height: float) -> Any:
@@ -96,10 +113,10 @@ def _markers(ax: Any, rd: RunData) -> None:
         seen.add(label)
 
     for lv in rd.lives:
-        if lv["start_reason"] not in _FIRST_LIFE:
+        if lv["start_reason"] not in FIRST_LIFE:
             vline(lv["t_start"], "server restart", color="#1d3557", ls="--", lw=1)
     for ev in rd.events:
-        if ev["kind"] in ("wedge", "crash"):
+        if ev["kind"] in (WEDGE, CRASH):
             vline(ev["t"], ev["kind"], color=_end_color(ev["kind"]), ls="-", lw=1.5)
 
 
@@ -167,7 +184,7 @@ def lives(rd: RunData) -> str | None:
     ax = fig.add_subplot()
     labelled: set[str] = set()
     for i, lv in enumerate(rd.lives):
-        reason = lv["end_reason"] or "running"
+        reason = lv["end_reason"] or RUNNING
         start = lv["t_start"]
         end = lv["t_end"] if lv["t_end"] is not None else rd.t_end
         ready = lv["t_ready"] if lv["t_ready"] is not None else end
@@ -182,7 +199,7 @@ def lives(rd: RunData) -> str | None:
                 end, i, f"  {reason}" + (f", {age} req" if age is not None else ""), va="center", fontsize=7
             )
     for ev in rd.events:
-        if ev["kind"] == "wedge":
+        if ev["kind"] == WEDGE:
             row = next((i for i, lv in enumerate(rd.lives) if lv["life_id"] == ev["life_id"]), None)
             if row is not None:
                 ax.plot(ev["t"], row, "x", color="black", ms=7)
@@ -197,7 +214,7 @@ def lives(rd: RunData) -> str | None:
 
 
 def _request_group(outcome: str) -> str:
-    return outcome if outcome == "ok" or outcome in STALL_KINDS else "other"
+    return outcome if outcome == OK or outcome in STALL_KINDS else "other"
 
 
 def latency(rd: RunData) -> str | None:
@@ -269,7 +286,7 @@ def counter(rd: RunData) -> str | None:
             ts, vs, drawstyle="steps-post", lw=1.2, color=CURVE_COLORS[i % len(CURVE_COLORS)], label=label
         )
     for ev in rd.events:
-        if ev["kind"] == "wedge" and ev["life_id"] in per_life:
+        if ev["kind"] == WEDGE and ev["life_id"] in per_life:
             ts, vs = per_life[ev["life_id"]]
             before = [v for t, v in zip(ts, vs, strict=True) if t <= ev["t"]]
             ax.plot(ev["t"], before[-1] if before else vs[0], "x", color="#e63946", ms=9, mew=2)

@@ -11,21 +11,29 @@ from typing import Any
 
 from wedgewatch.analysis.stats import rate
 from wedgewatch.base.vocab import (
-    API_ERROR,
+    ABORTED,
     ATTEMPT_STATUSES,
-    HARNESS_ERROR,
+    CRASH,
+    CREATED,
+    EARLY_STOP,
+    EMPTY_PATCH,
+    FIRST_LIFE,
+    INFRA_FAILED,
     INTERRUPTED,
     MODEL_OUTCOMES,
     OUTCOMES,
+    PENDING,
+    RESOLVED,
+    RETRIED,
     RUN_ENDED,
     RUNNING,
     STALL_KINDS,
+    SUBMITTED,
+    UNRESOLVED,
+    WEDGE,
 )
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
-
-_FIRST_LIFE_REASONS = ("run_start", "adopted")  # the supervisor's reasons for an execution's first life
-INFRA_STATUSES = (API_ERROR, HARNESS_ERROR, INTERRUPTED)
 
 
 def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
@@ -35,7 +43,7 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
     outcomes = queries.instance_outcomes(ledger, rid)
     counts = Counter(r["outcome"] for r in outcomes)
     by_outcome = {k: counts.get(k, 0) for k in OUTCOMES}
-    awaiting_eval = sum(1 for r in outcomes if r["outcome"] == "pending" and r["final_status"] == "submitted")
+    awaiting_eval = sum(1 for r in outcomes if r["outcome"] == PENDING and r["final_status"] == SUBMITTED)
     n_all = len(outcomes)
     n_model = sum(by_outcome[k] for k in MODEL_OUTCOMES)
 
@@ -49,7 +57,7 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
     infra_seconds = 0.0
     for r in att:
         by_status[r["status"]] += r["n"]
-        if r["status"] in INFRA_STATUSES:
+        if r["status"] in RETRIED:
             infra_reasons[f"{r['status']}:{r['reason']}"] += r["n"]
             infra_seconds += r["secs"] or 0.0
     retried = ledger.query(
@@ -61,15 +69,15 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
     lives = queries.server_lives(ledger, rid)
     # A life started for any other reason than the start of an execution (a resume starts a
     # fresh server too) is a restart: wedge, crash, api_errors, recycle_*, start_failed, ...
-    restarts = [lv for lv in lives if lv["start_reason"] not in _FIRST_LIFE_REASONS]
+    restarts = [lv for lv in lives if lv["start_reason"] not in FIRST_LIFE]
     restart_seconds = sum((lv["ready_seconds"] or 0.0) for lv in restarts)
     events = queries.events_by_kind(ledger, rid)
     marks = queries.run_marks(ledger, rid)
     ends = [m for m in marks if m["kind"] in RUN_ENDED]
     wall = (ends[-1]["ts"] - run["started_at"]) if ends else None
-    state = marks[-1]["kind"] if marks else "created"
+    state = marks[-1]["kind"] if marks else CREATED
     alive = queries.live_runners(ledger, rid)
-    if alive and state in ("interrupted", "aborted"):
+    if alive and state in (INTERRUPTED, ABORTED):
         # One runner of several stopped; the run goes on in the others (docs/scale-out.md).
         state = RUNNING
     return {
@@ -88,8 +96,8 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
         "awaiting_evaluation": awaiting_eval,
         # Pending instances count as not resolved, but a run with nothing final yet (its server
         # never came up, say) has no score: 0/N would read as a model that solved nothing.
-        "resolved_rate_all": rate(by_outcome["resolved"], n_all if n_all > by_outcome["pending"] else 0),
-        "resolved_rate_model": rate(by_outcome["resolved"], n_model),
+        "resolved_rate_all": rate(by_outcome[RESOLVED], n_all if n_all > by_outcome[PENDING] else 0),
+        "resolved_rate_model": rate(by_outcome[RESOLVED], n_model),
         "attempts": {
             "total": sum(by_status.values()),
             "by_status": {k: by_status.get(k, 0) for k in ATTEMPT_STATUSES},
@@ -102,8 +110,8 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
             "lives": len(lives),
             "restarts": len(restarts),
             "restart_reasons": dict(Counter(lv["start_reason"] for lv in restarts)),
-            "wedges": events.get("wedge", 0),
-            "crashes": events.get("crash", 0),
+            "wedges": events.get(WEDGE, 0),
+            "crashes": events.get(CRASH, 0),
             "by_member": _by_member(lives, restarts),
         },
         "infra_time": {
@@ -146,9 +154,9 @@ def render_text(s: dict[str, Any]) -> str:
     o = s["outcomes"]
     lines = [
         f"run {s['run_id']}  ({s['state']})  suite {s['suite']}  config {s['config_hash']}",
-        f"instances {s['instances']}: resolved {o['resolved']}, unresolved {o['unresolved']}, "
-        f"empty_patch {o['empty_patch']}, early_stop {o['early_stop']}  |  "
-        f"infra_failed {o['infra_failed']}, pending {o['pending']}"
+        f"instances {s['instances']}: resolved {o[RESOLVED]}, unresolved {o[UNRESOLVED]}, "
+        f"empty_patch {o[EMPTY_PATCH]}, early_stop {o[EARLY_STOP]}  |  "
+        f"infra_failed {o[INFRA_FAILED]}, pending {o[PENDING]}"
         + (f" ({s['awaiting_evaluation']} awaiting evaluation)" if s["awaiting_evaluation"] else ""),
         f"resolved over all instances:      {_pct(s['resolved_rate_all'], _NOTHING_FINAL)}",
         f"resolved over model outcomes:     {_pct(s['resolved_rate_model'], _NO_MODEL_OUTCOME)}",
@@ -192,11 +200,11 @@ def render_table(s: dict[str, Any]) -> Any:
     t.add_row("instances", str(n), f"suite {s['suite']}")
     for key in MODEL_OUTCOMES:
         t.add_row(key, str(o[key]), "model outcome")
-    t.add_row("infra_failed", str(o["infra_failed"]), "every attempt failed on our or the server's side")
+    t.add_row(INFRA_FAILED, str(o[INFRA_FAILED]), "every attempt failed on our or the server's side")
     pend = "not final yet" + (
         f"; {s['awaiting_evaluation']} awaiting evaluation" if s["awaiting_evaluation"] else ""
     )
-    t.add_row("pending", str(o["pending"]), pend)
+    t.add_row(PENDING, str(o[PENDING]), pend)
     t.add_section()
     for label, key, note, none in (
         ("resolved / all", "resolved_rate_all", "every instance of the suite", _NOTHING_FINAL),

@@ -32,10 +32,11 @@ from statistics import NormalDist
 from typing import Any
 
 from wedgewatch.analysis.text import table
+from wedgewatch.base.vocab import API_ERRORS, CANARY, LIFE_FAILURES, RUNNING, WEDGE, sql_list
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 
-FAILURES = ("wedge", "crash", "api_errors")
+FAILURES = LIFE_FAILURES
 AXES = {"requests": "age_requests", "tokens": "age_tokens", "seconds": "age_seconds"}
 
 
@@ -161,28 +162,28 @@ def life_ages(
         first_wedge: dict[str, dict[str, Any]] = {}
         canary_ok: dict[str, bool] = {}  # the last canary that ran, per life
         for ev in ledger.query(
-            "SELECT kind, life_id, detail_json FROM events WHERE kind IN ('wedge', 'canary') AND life_id IN "
+            f"SELECT kind, life_id, detail_json FROM events WHERE kind IN ({sql_list((WEDGE, CANARY))}) AND life_id IN "
             "(SELECT life_id FROM server_lives WHERE run_id = ?) ORDER BY id",
             (rid,),
         ):
             d = _detail(ev["detail_json"])
-            if ev["kind"] == "wedge":
+            if ev["kind"] == WEDGE:
                 first_wedge.setdefault(ev["life_id"], d)
             elif "ok" in d:  # a skipped canary says nothing
                 canary_ok[ev["life_id"]] = d["ok"] is True
         for lv in queries.server_lives(ledger, rid):
-            reason = lv["end_reason"] or "running"
+            reason = lv["end_reason"] or RUNNING
             if lv["ready_at"] is None:
                 not_ready[reason] += 1
                 continue
             wedge = first_wedge.get(lv["life_id"])
             if wedge is not None and wedge.get(col) is not None:
-                age, failed = float(wedge[col]), "wedge" in failures
-                reason = "wedge" if reason == "wedge" else f"wedge, then {reason}"
+                age, failed = float(wedge[col]), WEDGE in failures
+                reason = WEDGE if reason == WEDGE else f"{WEDGE}, then {reason}"
             elif lv["end_reason"] is not None:
                 age, failed = float(lv[col] or 0), reason in failures
-                if reason == "api_errors" and canary_ok.get(lv["life_id"]):
-                    failed, reason = False, "api_errors (canary ok)"
+                if reason == API_ERRORS and canary_ok.get(lv["life_id"]):
+                    failed, reason = False, f"{API_ERRORS} (canary ok)"
             else:
                 age, failed = _running_age(ledger, lv, axis), False
             lives.append(LifeAge(rid, lv["life_id"], age, failed, reason))

@@ -2,7 +2,8 @@
 
 Foreign errors (aiohttp, openai, subprocess, sqlite) are translated into these classes at the
 boundary where they are caught. Retry decisions key on the class, never on message text:
-``is_retried(exc)`` is the whole policy.
+``status_of(exc)`` is the status an attempt ends with, and the retry rule in base/vocab.py says
+what each status means for the instance.
 
     WedgewatchError
     ├── BadInput                     exit 2: the user's file, field or flag is wrong
@@ -33,6 +34,16 @@ boundary where they are caught. Retry decisions key on the class, never on messa
 """
 
 from __future__ import annotations
+
+from wedgewatch.base.vocab import (
+    API_ERROR,
+    CONNECTION,
+    EARLY_STOP,
+    HARNESS_ERROR,
+    SERVER_RESTARTED,
+    STALL_MIDSTREAM,
+    upstream_http,
+)
 
 
 class WedgewatchError(Exception):
@@ -77,7 +88,7 @@ class SuiteError(BadInput):
 class InfraError(WedgewatchError):
     """A failure on our side or the server's side; never the model's. Retried in a fresh sandbox."""
 
-    status = "harness_error"
+    status = HARNESS_ERROR
 
     def __init__(self, message: str, reason: str | None = None) -> None:
         super().__init__(message)
@@ -89,34 +100,34 @@ class InfraError(WedgewatchError):
 class ApiError(InfraError):
     """The LLM path failed. ``reason`` is what the ledger stores next to status ``api_error``."""
 
-    status = "api_error"
+    status = API_ERROR
     default_reason = "api"
 
 
 class UpstreamStalled(ApiError):
     """The proxy aborted a request that made no progress; ``reason`` is the stall kind."""
 
-    default_reason = "stall_midstream"
+    default_reason = STALL_MIDSTREAM
 
 
 class UpstreamHTTPError(ApiError):
     """The server answered with a 5xx (or an unexpected status)."""
 
     def __init__(self, message: str, status_code: int) -> None:
-        super().__init__(message, reason=f"upstream_http_{status_code}")
+        super().__init__(message, reason=upstream_http(status_code))
         self.status_code = status_code
 
 
 class UpstreamConnectionError(ApiError):
     """The connection to the server was refused, reset, or dropped mid-answer."""
 
-    default_reason = "connection"
+    default_reason = CONNECTION
 
 
 class ServerRestarted(ApiError):
     """The supervisor restarted the server while the attempt was in flight."""
 
-    default_reason = "server_restarted"
+    default_reason = SERVER_RESTARTED
 
 
 class ServerDown(ApiError):
@@ -128,7 +139,7 @@ class ServerDown(ApiError):
 class HarnessError(InfraError):
     """Sandbox, evaluation or agent machinery failed; not the model's doing."""
 
-    status = "harness_error"
+    status = HARNESS_ERROR
     default_reason = "harness"
 
 
@@ -218,16 +229,11 @@ class EarlyStop(WedgewatchError):
     ``reason`` is one of step_limit, token_limit, context_window, format_errors, agent_exit.
     """
 
-    status = "early_stop"
+    status = EARLY_STOP
 
     def __init__(self, reason: str, message: str = "") -> None:
         super().__init__(message or reason)
         self.reason = reason
-
-
-def is_retried(exc: BaseException) -> bool:
-    """The retry policy: only infrastructure failures are retried."""
-    return isinstance(exc, InfraError)
 
 
 def status_of(exc: BaseException) -> tuple[str, str]:
@@ -236,7 +242,7 @@ def status_of(exc: BaseException) -> tuple[str, str]:
         return exc.status, exc.reason
     if isinstance(exc, InfraError):
         return exc.status, exc.reason
-    return "harness_error", f"crash:{type(exc).__name__}"
+    return HARNESS_ERROR, f"crash:{type(exc).__name__}"
 
 
 def describe(exc: BaseException) -> str:

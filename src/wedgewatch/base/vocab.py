@@ -1,7 +1,7 @@
-"""The vocabulary: every word wedgewatch stores for a request, an attempt or an instance, and which
-of them are the infrastructure's doing. The runner, the proxy, the ledger's queries and analysis all
-import these names from here; the ledger's SQL views spell the same words (a test holds them to
-this module).
+"""The vocabulary: every word wedgewatch stores for a request, an attempt, an instance, a run or a
+server life, which of them are the infrastructure's doing, and the retry rule over them. Every
+module imports these names from here, and the ledger's SQL views and queries are built from them:
+tests/test_vocab.py fails on a word spelled anywhere else in src/.
 
     request outcome   ok | client_disconnect | client_error | client_slow_body    nothing against the infrastructure
                       stall_ttft | stall_midstream | trickle | total_timeout | connection
@@ -11,9 +11,21 @@ this module).
                       api_error | harness_error | interrupted         ours or the server's (retried)
     instance outcome  resolved | unresolved | empty_patch | early_stop  the model's
                       infra_failed | pending                          never counted against the model
+    run mark          started | resumed | joined                      an execution begins
+                      finished | interrupted | aborted                it ends (and the run's state:
+                                                                      created, running before/between)
+    event kind        wedge | crash | restart | restart_skipped | gave_up | start_failed
+                      | warmup_failed | canary | drain | drained | api_errors   the supervisor's events rows
+    start reason      run_start | adopted                             an execution's first life
+                      start_failed | warmup_failed                    after a failed start
+                      wedge | crash | api_errors | recycle_instances | recycle_tokens | remote_restart
+    end reason        the restart reasons, start_failed | warmup_failed, and
+                      stop | detached | port_busy | orphaned | lost | elsewhere
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 # --- request outcomes (the proxy's rows) --------------------------------------------------------
 
@@ -61,8 +73,7 @@ the request, so nothing is held against the server."""
 
 INFRA_OUTCOMES = frozenset({*STALL_KINDS, CONNECTION, *REPLY_FAULTS})
 """Request outcomes that are the infrastructure's fault, besides every ``upstream_http_<code>``."""
-OTHER_OUTCOMES = frozenset({OK, CLIENT_DISCONNECT, CLIENT_ERROR, CLIENT_SLOW_BODY})
-"""Request outcomes that say nothing against the infrastructure."""
+# The others (ok, client_disconnect, client_error, client_slow_body) say nothing against it.
 
 
 def upstream_http(status: int) -> str:
@@ -75,30 +86,22 @@ def is_infra_outcome(outcome: str) -> bool:
     return outcome in INFRA_OUTCOMES or outcome.startswith(UPSTREAM_HTTP_PREFIX)
 
 
-# --- attempt statuses (the runner's rows) -------------------------------------------------------
+# --- attempt statuses (the runner's rows: ``attempt_ends.status``) --------------------------------
 
 SUBMITTED = "submitted"
 EARLY_STOP = "early_stop"
 API_ERROR = "api_error"
 HARNESS_ERROR = "harness_error"
 INTERRUPTED = "interrupted"
+"""Stopped from outside, nothing failed: an attempt's status, a run's end mark, a harness run's
+end (``wedgewatch wrap``). One word for one thing, in three tables."""
 RUNNING = "running"
-"""Not stored: an attempt with no end row yet, as the ledger's views show it."""
+"""Not stored: an attempt with no end row yet, as the ledger's views show it; and a run whose last
+mark ended one runner's execution while another runner of it still holds a live lease (several
+runners on PostgreSQL), as `report` shows it."""
 
 ATTEMPT_STATUSES = (SUBMITTED, EARLY_STOP, API_ERROR, HARNESS_ERROR, INTERRUPTED, RUNNING)
-MODEL_SIDE = frozenset({SUBMITTED, EARLY_STOP})
-"""Final: the model's own doing. Retrying would inflate the score."""
-RETRIED = frozenset({API_ERROR, HARNESS_ERROR, INTERRUPTED})
-"""Not the model's doing: the instance gets another attempt in a fresh sandbox."""
-BUDGETED = frozenset({API_ERROR, HARNESS_ERROR})
-"""Retried statuses that use up the ``run.attempts`` budget. ``interrupted`` does not: the run was
-stopped (Ctrl-C, SIGKILL, a crash of wedgewatch), nothing about the instance failed, and a resume
-must end with the outcome the run would have had without the stop. Nor does an ``api_error`` the
-server caused: reason ``server_restarted`` (a restart or recycle ended it), or on a server life with
-a ``wedge`` event. Those are requeued, counted against ``run.max_requeues`` (the ledger view
-``attempt_budget`` spells this rule)."""
-STATUSES = MODEL_SIDE | RETRIED
-"""Every status an attempt's end row can hold."""
+"""Every status an attempt can show, in the order reports list them."""
 
 # Reasons the runner itself gives an attempt's end (the others come from the agent, the proxy's
 # outcomes and the exception tree).
@@ -125,15 +128,26 @@ OUTCOMES = (RESOLVED, UNRESOLVED, EMPTY_PATCH, EARLY_STOP, INFRA_FAILED, PENDING
 MODEL_OUTCOMES = (RESOLVED, UNRESOLVED, EMPTY_PATCH, EARLY_STOP)
 """Outcomes that are the model's: a score is taken over these, with the rest beside it."""
 
-# --- run states (the last run mark, as `report` shows it) -----------------------------------------
+# --- run marks (``run_marks.kind``) and run states (the last mark, as `report` shows it) ----------
 
-RUN_ENDED = ("finished", "interrupted", "aborted")
-"""Marks an execution of a run ends with (``run_marks.kind``)."""
-RUNNING = "running"
-"""Not a mark: the state `report` gives a run whose last mark ended one runner's execution while
-another runner of it still holds a live lease (several runners on PostgreSQL)."""
-IN_FLIGHT = ("created", "started", "resumed", "joined", RUNNING)
+STARTED = "started"
+RESUMED = "resumed"
+JOINED = "joined"
+"""A second runner joined the run (several runners on PostgreSQL)."""
+FINISHED = "finished"
+ABORTED = "aborted"
+RUN_STARTS = (STARTED, RESUMED, JOINED)
+"""Marks an execution of a run begins with."""
+RUN_ENDED = (FINISHED, INTERRUPTED, ABORTED)
+"""Marks an execution of a run ends with; a runner's ``runner_ends.how`` is one of these, or
+``lost``."""
+CREATED = "created"
+"""Not a mark: the state of a run with no mark yet."""
+IN_FLIGHT = (CREATED, *RUN_STARTS, RUNNING)
 """States of a run still at work: its timelines reach "now"."""
+LOST = "lost"
+"""Found dead by someone else: a runner's end (``runner_ends.how``, its lease run out), or a
+server life's (its process was already gone when a resume looked for it)."""
 
 # --- event kinds (the ``events`` table's rows, and the typed events' ``kind``: base/events.py) ----
 
@@ -164,3 +178,75 @@ EVENT_KINDS = frozenset(
     }
 )
 """The supervisor's facts that are ``events`` rows (supervisor/recorder.py writes them)."""
+
+# --- why a server life started (``server_lives.start_reason``) and ended (``server_life_ends``) --
+# A life starts for an execution's start (FIRST_LIFE), after a failed start (start_failed,
+# warmup_failed), or to replace one: wedge, crash, api_errors, the recycles, remote_restart, which
+# are then also the replaced life's end reason. A life also ends with stop, detached, port_busy,
+# start_failed, warmup_failed, crash (with restart_on_crash off), and, left by a dead runner,
+# orphaned, lost or elsewhere.
+
+RUN_START = "run_start"
+ADOPTED = "adopted"
+"""A server we did not start (``fresh = false``, or an ``external`` one without a restart hook)."""
+FIRST_LIFE = (RUN_START, ADOPTED)
+"""Start reasons of an execution's first life: every other start is a restart."""
+RECYCLE_INSTANCES = "recycle_instances"
+"""A planned restart after ``recycle_every_instances`` instances: not counted against
+``max_restarts``, and no failure of the life."""
+RECYCLE_TOKENS = "recycle_tokens"
+"""A planned restart after ``recycle_every_tokens`` generated tokens, likewise."""
+REMOTE_RESTART = "remote_restart"
+"""A restart asked over HTTP (``POST /wedgewatch/restart``, supervisor/admin.py)."""
+
+STOP = "stop"
+"""The supervisor was stopped, or a start was cancelled: the life ended, nothing failed."""
+DETACHED = "detached"
+"""The supervisor stopped and left a server it did not start running, as it found it."""
+PORT_BUSY = "port_busy"
+ORPHANED = "orphaned"
+"""Left alive by a dead runner, stopped by a resume or another runner (runner/orphans.py)."""
+ELSEWHERE = "elsewhere"
+"""Left by a dead runner on another host (or pid namespace): its pid means nothing here."""
+LIFE_FAILURES = (WEDGE, CRASH, API_ERRORS)
+"""Endings that are the life's failure, for its survival: the others censor it."""
+
+# --- a harness run's end (``harness_run_ends.end_reason``, ``wedgewatch wrap``) ------------------
+
+EXITED = "exited"
+"""The harness exited by itself (its exit code beside); else ``interrupted``, or why it did not
+start."""
+
+# --- the retry rule ------------------------------------------------------------------------------
+# The runner decides an attempt's status (runner/retry.py) and, with ``requeued``, which endings
+# to tell the supervisor; the ledger's views (ledger/schema.py), which say what the runner does
+# next, are built from these same sets, so the two cannot drift apart (tests/test_vocab.py).
+
+MODEL_SIDE = frozenset({SUBMITTED, EARLY_STOP})
+"""Final: the model's own doing. Retrying would inflate the score."""
+RETRIED = frozenset({API_ERROR, HARNESS_ERROR, INTERRUPTED})
+"""Not the model's doing: the instance gets another attempt in a fresh sandbox."""
+BUDGETED = frozenset({API_ERROR, HARNESS_ERROR})
+"""Retried statuses that use up the ``run.attempts`` budget. ``interrupted`` does not: the run was
+stopped (Ctrl-C, SIGKILL, a crash of wedgewatch), nothing about the instance failed, and a resume
+must end with the outcome the run would have had without the stop. Nor does a requeued attempt
+(``requeued``)."""
+REQUEUE_REASONS = frozenset({SERVER_RESTARTED})
+"""Reasons of an ``api_error`` the server caused by its own end (a restart or a recycle)."""
+REQUEUE_KINDS = frozenset({WEDGE})
+"""Events that make every ``api_error`` on their server life the server's doing."""
+
+
+def sql_list(words: Iterable[str]) -> str:
+    """Words as the list of an SQL ``IN (...)``, in a fixed order: the ledger's views and every
+    query that names a word are built from the sets here, never spelled by hand."""
+    return ", ".join(f"'{w}'" for w in sorted(words))
+
+
+def requeued(status: str, reason: str, on_wedged_life: bool = False) -> bool:
+    """Whether an ended attempt was the server's doing, so it is requeued: counted against
+    ``run.max_requeues``, not ``run.attempts`` (with ``max_requeues = 0`` nothing is, as in a harness
+    without wedgewatch). That is an ``api_error`` with a reason in ``REQUEUE_REASONS``, or one on a
+    server life with an event in ``REQUEUE_KINDS`` (``on_wedged_life``), which the ledger knows
+    and the runner, at the attempt's end, may not yet."""
+    return status == API_ERROR and (reason in REQUEUE_REASONS or on_wedged_life)

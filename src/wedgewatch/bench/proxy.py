@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.base.errors import BadInput
+from wedgewatch.base.vocab import STALL_MIDSTREAM, STALL_TTFT, TOTAL_TIMEOUT, TRICKLE
 from wedgewatch.bench import peers as peer_kinds
 from wedgewatch.bench.children import Server, pinned
 from wedgewatch.bench.procfs import group_cpu_seconds, group_rss_mib
@@ -64,10 +65,10 @@ rate = 1.0
 
 # kind -> (prompt, the WatchdogConfig field whose window runs out, where that window starts)
 DETECTION = {
-    "stall_ttft": ("STALL-TTFT", "ttft_timeout", "request"),
-    "stall_midstream": ("STALL-MID", "stall_timeout", "last token"),
-    "trickle": ("TRICKLE", "rate_window", "first token"),
-    "total_timeout": ("a long healthy answer", "total_timeout", "request"),
+    STALL_TTFT: ("STALL-TTFT", "ttft_timeout", "request"),
+    STALL_MIDSTREAM: ("STALL-MID", "stall_timeout", "last token"),
+    TRICKLE: ("TRICKLE", "rate_window", "first token"),
+    TOTAL_TIMEOUT: ("a long healthy answer", "total_timeout", "request"),
 }
 DETECTION_WINDOWS = {"ttft_timeout": 2.0, "stall_timeout": 2.0, "min_rate": 2.0, "rate_window": 3.0}
 DETECTION_TOTAL = 4.0

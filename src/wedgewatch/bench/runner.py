@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.base.vocab import SUBMITTED
 from wedgewatch.config import Config
 from wedgewatch.suites.materialise import commit_tree
 
@@ -147,7 +148,7 @@ def child(n: int, concurrency: int, root: Path) -> dict[str, Any]:
         "instances": n,
         "concurrency": concurrency,
         "end": ex.end_mark,
-        "resolved_or_submitted": s["attempts"]["by_status"]["submitted"],
+        "resolved_or_submitted": s["attempts"]["by_status"][SUBMITTED],
         "statuses": statuses,
         "endings": reasons,
         "server_lives": lives,

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from wedgewatch.base.errors import BadInput
+from wedgewatch.base.vocab import INFRA_FAILED
 from wedgewatch.cli._app import app
 
 
@@ -56,7 +57,7 @@ def audit_cmd(
 
     result = audit(results, ledger, suite, harness_run)
     if rerun_out is not None:
-        lines = rerun_lines(result["infra_failed"], rerun_format or result["rerun_format"])
+        lines = rerun_lines(result[INFRA_FAILED], rerun_format or result["rerun_format"])
         try:
             rerun_out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         except OSError as exc:

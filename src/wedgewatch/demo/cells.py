@@ -18,7 +18,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from wedgewatch.base.vocab import API_ERROR, CLIENT_ERROR, MODEL_OUTCOMES, OK, RESOLVED
+from wedgewatch.base.vocab import (
+    API_ERROR,
+    CLIENT_ERROR,
+    EARLY_STOP,
+    EMPTY_PATCH,
+    INFRA_FAILED,
+    MODEL_OUTCOMES,
+    OK,
+    PENDING,
+    RESOLVED,
+    UNRESOLVED,
+)
 from wedgewatch.ledger.store import Ledger
 from wedgewatch.sim.swe_policy import behaviour
 
@@ -34,10 +45,10 @@ KEYS = (
     "hidden_by_hangs",
     "scored_as_model_failures",
     "of_which_hangs",
-    "unresolved",
-    "early_stop",
-    "infra_failed",
-    "pending",
+    UNRESOLVED,
+    EARLY_STOP,
+    INFRA_FAILED,
+    PENDING,
     "stalls",
     "restarts",
     "wedges",
@@ -111,16 +122,16 @@ def arm_cells(
     return {
         "instances": s["instances"],
         "true_resolved": sum(solves.values()),
-        "published_resolved": o["resolved"],
+        "published_resolved": o[RESOLVED],
         "published_of": len(published),
         "true_resolved_on_published": true_on_published,
         "hidden_by_hangs": hidden,
         "scored_as_model_failures": failures,
         "of_which_hangs": hangs,
-        "unresolved": o["unresolved"] + o["empty_patch"],
-        "early_stop": o["early_stop"],
-        "infra_failed": o["infra_failed"],
-        "pending": o["pending"],
+        UNRESOLVED: o[UNRESOLVED] + o[EMPTY_PATCH],
+        EARLY_STOP: o[EARLY_STOP],
+        INFRA_FAILED: o[INFRA_FAILED],
+        PENDING: o[PENDING],
         "stalls": sum(s["stalls"].values()),
         "restarts": s["server"]["restarts"],
         "wedges": s["server"]["wedges"],

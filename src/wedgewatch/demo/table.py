@@ -6,6 +6,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from wedgewatch.base.vocab import INFRA_FAILED
 from wedgewatch.demo.cells import KEYS
 from wedgewatch.runner.execution import SCALED_FLOOR
 
@@ -53,9 +54,9 @@ ROWS: list[Row] = [
     ("scored as model failures", lambda a: cell(a["cells"], "scored_as_model_failures")),
     ("  of which were hangs", lambda a: cell(a["cells"], "of_which_hangs")),
     (
-        "infra_failed",
+        INFRA_FAILED,
         lambda a: (
-            cell(a["cells"], "infra_failed") + (" (apart)" if a["reports_infra_apart"] else " (in the score)")
+            cell(a["cells"], INFRA_FAILED) + (" (apart)" if a["reports_infra_apart"] else " (in the score)")
         ),
     ),
     ("stalls caught by the proxy", lambda a: cell(a["cells"], "stalls")),

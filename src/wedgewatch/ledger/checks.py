@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
+from wedgewatch.base.vocab import RUN_ENDED
 from wedgewatch.ledger.schema import SCHEMA_VERSION
 from wedgewatch.ledger.store import Ledger
 
-TERMINAL_MARKS = ("finished", "interrupted", "aborted")
 # Keys that would mean a prompt's or a reply's text reached a row.
 TEXT_KEYS = ("messages", "content", "prompt", "completion")
 
@@ -32,7 +32,7 @@ def problems(ledger: Ledger) -> list[str]:
         out.append(f"requests name server life {life}, which has no row")
     for (run,) in q("SELECT run_id FROM runs"):
         marks = [r[0] for r in q("SELECT kind FROM run_marks WHERE run_id = ? ORDER BY id", (run,))]
-        if not marks or marks[-1] not in TERMINAL_MARKS:
+        if not marks or marks[-1] not in RUN_ENDED:
             out.append(f"run {run} ends without a terminal mark (marks: {marks})")
     for (run,) in q(
         "SELECT harness_run_id FROM harness_runs WHERE harness_run_id NOT IN "

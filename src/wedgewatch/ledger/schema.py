@@ -1,10 +1,28 @@
-"""The ledger's schema: append-only tables of facts, and views that derive everything else.
+"""The ledger's schema: append-only tables of facts, and views that derive everything else. Long
+because it is the whole schema, one text read in one place.
 
 A fact is never rewritten: an attempt's end is a row in ``attempt_ends``, not an UPDATE of its
 start; a server life's end is a row in ``server_life_ends``. Instance outcomes, scores and what to
 retry are views. Bump SCHEMA_VERSION with every change and add a migration step in store.py.
 """
 
+from wedgewatch.base.vocab import (
+    API_ERROR,
+    BUDGETED,
+    EARLY_STOP,
+    EMPTY_PATCH,
+    INFRA_FAILED,
+    INTERRUPTED,
+    MODEL_SIDE,
+    PENDING,
+    REQUEUE_KINDS,
+    REQUEUE_REASONS,
+    RESOLVED,
+    RUNNING,
+    SUBMITTED,
+    UNRESOLVED,
+    sql_list,
+)
 from wedgewatch.ledger.schema_runners import RUNNER_TABLES
 
 SCHEMA_VERSION = 6  # 3: harness_runs, harness_run_ends (wedgewatch wrap); 4: run_changes;
@@ -244,8 +262,10 @@ CREATE UNIQUE INDEX IF NOT EXISTS attempts_claim ON attempts(run_id, instance_id
 
 TABLES += RUNNER_TABLES
 
-VIEWS = """
--- Every attempt with its end (if any). ``status`` is 'running' until an end row exists;
+# The views spell no word of the vocabulary themselves: each is put in from base/vocab.py, whose
+# sets are the retry rule the runner follows too.
+VIEWS = f"""
+-- Every attempt with its end (if any). ``status`` is '{RUNNING}' until an end row exists;
 -- ``resolved`` is the latest verdict that has one (an evaluation that could not run has NULL).
 DROP VIEW IF EXISTS attempt_view;
 CREATE VIEW attempt_view AS
@@ -254,7 +274,7 @@ SELECT a.attempt_id, a.run_id, a.instance_id, a.attempt_no, a.started_at, a.agen
        COALESCE(e.life_id, a.life_id) AS life_id,
        a.age_seconds AS start_age_seconds, a.age_requests AS start_age_requests,
        a.age_tokens AS start_age_tokens,
-       e.ended_at, COALESCE(e.status, 'running') AS status, COALESCE(e.reason, '') AS reason,
+       e.ended_at, COALESCE(e.status, '{RUNNING}') AS status, COALESCE(e.reason, '') AS reason,
        e.patch, e.steps, e.tokens, e.detail_json,
        e.age_seconds AS end_age_seconds, e.age_requests AS end_age_requests,
        e.age_tokens AS end_age_tokens,
@@ -291,20 +311,20 @@ SELECT r.run_id,
                 json_extract(r.config_json, '$.run.max_requeues'), 20) AS max_requeues
 FROM runs r;
 
--- Each ended attempt with whether it uses up the instance's budget. api_error and harness_error
--- attempts do (budgeted = 1), except an api_error the server caused (requeued = 1): one a
--- restart or a recycle ended (reason server_restarted), or one that failed on a server life the
--- supervisor detected as wedged. Those are counted apart, against run.max_requeues: a bad server
--- life must not push innocent instances to infra_failed. run.max_requeues = 0 turns this off (a
--- harness without wedgewatch). interrupted attempts use up neither (the run was stopped, nothing
--- failed).
+-- Each ended attempt with whether it uses up the instance's budget (vocab's retry rule: BUDGETED,
+-- requeued). api_error and harness_error attempts do, except an api_error the server caused
+-- (requeued = 1): one a restart or a recycle ended (reason server_restarted), or one that failed
+-- on a server life the supervisor detected as wedged. Those are counted apart, against
+-- run.max_requeues: a bad server life must not push innocent instances to infra_failed.
+-- run.max_requeues = 0 turns this off (a harness without wedgewatch). interrupted attempts use up
+-- neither (the run was stopped, nothing failed).
 DROP VIEW IF EXISTS attempt_budget;
 CREATE VIEW attempt_budget AS
 SELECT a.attempt_id, a.run_id, a.instance_id, e.status, e.reason,
-       CASE WHEN e.status = 'api_error'
+       CASE WHEN e.status = '{API_ERROR}'
               AND (SELECT rb.max_requeues FROM run_budgets rb WHERE rb.run_id = a.run_id) > 0
-              AND (e.reason = 'server_restarted' OR EXISTS (
-              SELECT 1 FROM events ev WHERE ev.kind = 'wedge'
+              AND (e.reason IN ({sql_list(REQUEUE_REASONS)}) OR EXISTS (
+              SELECT 1 FROM events ev WHERE ev.kind IN ({sql_list(REQUEUE_KINDS)})
                 AND ev.life_id = COALESCE(e.life_id, a.life_id)))
             THEN 1 ELSE 0 END AS requeued
 FROM attempts a JOIN attempt_ends e ON e.attempt_id = a.attempt_id;
@@ -322,7 +342,7 @@ WITH per AS (
   SELECT ri.run_id, ri.instance_id, ri.position, rb.attempts_max, rb.max_requeues,
     (SELECT a.attempt_id FROM attempts a JOIN attempt_ends e ON e.attempt_id = a.attempt_id
       WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
-        AND e.status IN ('submitted', 'early_stop')
+        AND e.status IN ({sql_list(MODEL_SIDE)})
       ORDER BY a.attempt_no LIMIT 1) AS final_attempt,
     (SELECT COUNT(*) FROM attempts a
       WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id) AS n_attempts,
@@ -330,15 +350,15 @@ WITH per AS (
       WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id) AS last_attempt_no,
     (SELECT COUNT(*) FROM attempt_budget b
       WHERE b.run_id = ri.run_id AND b.instance_id = ri.instance_id
-        AND b.status IN ('api_error', 'harness_error') AND b.requeued = 0) AS n_infra,
+        AND b.status IN ({sql_list(BUDGETED)}) AND b.requeued = 0) AS n_infra,
     (SELECT COUNT(*) FROM attempt_budget b
       WHERE b.run_id = ri.run_id AND b.instance_id = ri.instance_id AND b.requeued = 1) AS n_requeued,
     (SELECT COUNT(*) FROM attempts a JOIN attempt_ends e ON e.attempt_id = a.attempt_id
       WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
-        AND e.status = 'api_error') AS n_api_error,
+        AND e.status = '{API_ERROR}') AS n_api_error,
     (SELECT COUNT(*) FROM attempts a JOIN attempt_ends e ON e.attempt_id = a.attempt_id
       WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
-        AND e.status = 'interrupted') AS n_interrupted,
+        AND e.status = '{INTERRUPTED}') AS n_interrupted,
     (SELECT COUNT(*) FROM attempts a LEFT JOIN attempt_ends e ON e.attempt_id = a.attempt_id
       WHERE a.run_id = ri.run_id AND a.instance_id = ri.instance_id
         AND e.attempt_id IS NULL) AS n_running
@@ -350,24 +370,24 @@ SELECT per.run_id, per.instance_id, per.position, per.attempts_max, per.max_requ
        per.final_attempt, fe.status AS final_status, fe.reason AS final_reason,
        fv.resolved, COALESCE(fv.n_eval_errors, 0) AS n_eval_errors,
        CASE
-         WHEN fe.status = 'early_stop' THEN 'early_stop'
-         WHEN fe.status = 'submitted'
+         WHEN fe.status = '{EARLY_STOP}' THEN '{EARLY_STOP}'
+         WHEN fe.status = '{SUBMITTED}'
               AND TRIM(COALESCE(fe.patch, ''), ' ' || char(9) || char(10) || char(13)) = ''
-           THEN 'empty_patch'
-         WHEN fe.status = 'submitted' AND fv.resolved = 1 THEN 'resolved'
-         WHEN fe.status = 'submitted' AND fv.resolved = 0 THEN 'unresolved'
-         WHEN fe.status = 'submitted' AND fv.n_eval_errors >= per.attempts_max THEN 'infra_failed'
-         WHEN fe.status = 'submitted' THEN 'pending'
-         WHEN per.n_running > 0 THEN 'pending'
-         WHEN per.n_infra >= per.attempts_max THEN 'infra_failed'
-         WHEN per.max_requeues > 0 AND per.n_requeued >= per.max_requeues THEN 'infra_failed'
-         ELSE 'pending'
+           THEN '{EMPTY_PATCH}'
+         WHEN fe.status = '{SUBMITTED}' AND fv.resolved = 1 THEN '{RESOLVED}'
+         WHEN fe.status = '{SUBMITTED}' AND fv.resolved = 0 THEN '{UNRESOLVED}'
+         WHEN fe.status = '{SUBMITTED}' AND fv.n_eval_errors >= per.attempts_max THEN '{INFRA_FAILED}'
+         WHEN fe.status = '{SUBMITTED}' THEN '{PENDING}'
+         WHEN per.n_running > 0 THEN '{PENDING}'
+         WHEN per.n_infra >= per.attempts_max THEN '{INFRA_FAILED}'
+         WHEN per.max_requeues > 0 AND per.n_requeued >= per.max_requeues THEN '{INFRA_FAILED}'
+         ELSE '{PENDING}'
        END AS outcome
 FROM per
 LEFT JOIN attempt_ends fe ON fe.attempt_id = per.final_attempt
 LEFT JOIN attempt_verdicts fv ON fv.attempt_id = per.final_attempt;
 
--- What the runner does next for each instance: NULL once the outcome is final; 'running' while an
+-- What the runner does next for each instance: NULL once the outcome is final; '{RUNNING}' while an
 -- attempt has no end (only seen from outside the runner, or before a resume marks it
 -- interrupted); 'evaluate' for a submitted patch without a verdict; else 'attempt', numbered
 -- next_attempt_no. This is the whole retry policy as a query: a resume is "run what this says".
@@ -375,8 +395,8 @@ DROP VIEW IF EXISTS instance_next;
 CREATE VIEW instance_next AS
 SELECT run_id, instance_id, position, outcome,
        CASE
-         WHEN outcome != 'pending' THEN NULL
-         WHEN n_running > 0 THEN 'running'
+         WHEN outcome != '{PENDING}' THEN NULL
+         WHEN n_running > 0 THEN '{RUNNING}'
          WHEN final_attempt IS NOT NULL THEN 'evaluate'
          ELSE 'attempt'
        END AS next_action,

@@ -20,8 +20,8 @@ from wedgewatch.base.vocab import (
     INTERRUPTED,
     MODEL_SIDE,
     RUN_STOPPED,
-    SERVER_RESTARTED,
     WORKER_LOST,
+    requeued,
 )
 from wedgewatch.config import Config
 from wedgewatch.ledger import queries
@@ -152,7 +152,7 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
         status,
         reason,
         detail=detail,
-        patch=result.patch if result is not None and status in ("submitted", "early_stop") else None,
+        patch=result.patch if result is not None and status in MODEL_SIDE else None,
         steps=result.steps if result is not None else None,
         tokens=result.tokens if result is not None else None,
     )
@@ -160,7 +160,7 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
     # row itself cannot include the writing of the row).
     span.stop()
     ctx.timings.overhead.append((span.cpu, span.wall))
-    if status == "api_error":
+    if status == API_ERROR:
         # A canary may be deciding whether the server is wedged: if it is, the attempt is
         # requeued (ledger view attempt_budget), and the next decision must see that.
         await ctx.server.settle(flight.life_id)
@@ -219,9 +219,10 @@ async def end_attempt(
     if status == API_ERROR:
         ctx.counters.api_errors += 1
     # The supervisor's consecutive-API-error counter hears about attempts that say something about
-    # the server: api_error (True) and model-side endings (False). A restart's own casualties and
-    # harness errors say nothing about it, and counting the former would restart in a loop.
-    if status == API_ERROR and reason != SERVER_RESTARTED:
+    # the server: api_error (True) and model-side endings (False). A restart's own casualties (those
+    # already known to be requeued) and harness errors say nothing about it, and counting the former
+    # would restart in a loop.
+    if status == API_ERROR and not requeued(status, reason):
         ctx.server.note_attempt(True, flight.life_id)
     elif status in MODEL_SIDE:
         ctx.server.note_attempt(False, flight.life_id)

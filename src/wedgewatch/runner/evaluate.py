@@ -30,6 +30,7 @@ from typing import Any
 
 from wedgewatch.base.errors import EvaluationError
 from wedgewatch.base.protocols import Sandbox
+from wedgewatch.base.vocab import RESOLVED, UNRESOLVED
 from wedgewatch.runner.state import Instance, RunContext
 from wedgewatch.runner.threads import run_in_thread
 from wedgewatch.runner.verdict import Verdict
@@ -98,7 +99,7 @@ def evaluate(instance: dict[str, Any], patch: str, sandbox: Sandbox, timeout: fl
     resolved = int(all(s in _OK for s in tests.values()))
     return Verdict(
         resolved,
-        "resolved" if resolved else "unresolved",
+        RESOLVED if resolved else UNRESOLVED,
         tests=tests,
         duration=time.monotonic() - started,
         exit_code=res.exit_code,
@@ -145,7 +146,7 @@ async def evaluate_attempt(ctx: RunContext, inst: Instance, attempt_id: str, eva
         {
             "attempt_id": attempt_id,
             "ts": time.time(),
-            "resolved": resolved,
+            RESOLVED: resolved,
             "source": "swebench" if swebench else "local",
             "detail_json": detail,
             "eval_no": eval_no,

@@ -26,7 +26,18 @@ from wedgewatch import __version__
 from wedgewatch.base.errors import BadInput, LedgerConflict, ServerError, SuiteError
 from wedgewatch.base.events import Event, Restarting, Stalled
 from wedgewatch.base.protocols import SandboxFactory
-from wedgewatch.base.vocab import API_ERROR, SERVER_RESTARTED, is_infra_outcome
+from wedgewatch.base.vocab import (
+    ABORTED,
+    API_ERROR,
+    FINISHED,
+    INTERRUPTED,
+    JOINED,
+    RESUMED,
+    RUNNING,
+    SERVER_RESTARTED,
+    STARTED,
+    is_infra_outcome,
+)
 from wedgewatch.config import Config, validate
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
@@ -210,7 +221,7 @@ async def _drive_instance(ctx: RunContext, instance_id: str) -> tuple[bool, str 
             if eval_no is None:
                 return worked, None  # evaluated by another runner now
             await evaluate_attempt(ctx, inst, str(nxt["final_attempt"]), eval_no)
-        elif action == "running":
+        elif action == RUNNING:
             if not ctx.ledger.shared:
                 raise RuntimeError(f"{instance_id}: an attempt of this run is in flight outside this process")
             return worked, None  # on another runner; taken over (claim.Dispenser) if that one dies
@@ -308,14 +319,14 @@ async def execute(
     _mark(
         ledger,
         run_id,
-        {"resume": "resumed", "join": "joined"}.get(role, "started"),
+        {"resume": RESUMED, "join": JOINED}.get(role, STARTED),
         {"pid": os.getpid(), "runner_id": runner.runner_id, "host": runner.host, **(resumed or {})},
     )
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     if task is not None:
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
-    result = Execution(run_id, "finished", ctx=ctx)
+    result = Execution(run_id, FINISHED, ctx=ctx)
     # This run's own list of command process groups: agent threads inherit it (contextvars), and
     # closing it on an early stop kills them all and starts no more.
     with groups.scope() as run_groups:
@@ -340,19 +351,19 @@ async def execute(
             _mark(
                 ledger,
                 run_id,
-                "finished",
+                FINISHED,
                 {"pid": os.getpid(), "unfinished": len(queries.unfinished(ledger, run_id))},
             )
         except asyncio.CancelledError:
-            _mark(ledger, run_id, "interrupted", {"pid": os.getpid()})
-            result.end_mark = "interrupted"
+            _mark(ledger, run_id, INTERRUPTED, {"pid": os.getpid()})
+            result.end_mark = INTERRUPTED
             raise
         except Exception as exc:
             # The server could not be kept up (ServerError), or wedgewatch itself failed: the run
             # stops with a mark saying why, and --resume goes on from there.
             kind = "server" if isinstance(exc, ServerError) else type(exc).__name__
-            _mark(ledger, run_id, "aborted", {"pid": os.getpid(), "error": f"{kind}: {str(exc)[:2000]}"})
-            result.end_mark, result.error = "aborted", str(exc)
+            _mark(ledger, run_id, ABORTED, {"pid": os.getpid(), "error": f"{kind}: {str(exc)[:2000]}"})
+            result.end_mark, result.error = ABORTED, str(exc)
             raise
         finally:
             loop.remove_signal_handler(signal.SIGTERM)

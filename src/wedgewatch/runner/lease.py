@@ -32,15 +32,13 @@ from typing import Any
 from wedgewatch import __version__
 from wedgewatch.base.errors import LedgerConflict
 from wedgewatch.base.events import Event, ServerStarting
-from wedgewatch.base.vocab import INTERRUPTED, RUNNER_LOST
+from wedgewatch.base.vocab import INTERRUPTED, LOST, RUNNER_LOST
 from wedgewatch.config import RunConfig
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger, Row
 from wedgewatch.runner import orphans
 
 log = logging.getLogger(__name__)
-
-LOST = "lost"  # runner_ends.how of a runner another one (or a resume) found dead
 
 
 def pid_space() -> str:

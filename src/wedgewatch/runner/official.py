@@ -22,6 +22,7 @@ from typing import Any
 
 from wedgewatch.base.errors import EvaluationError
 from wedgewatch.base.protocols import Sandbox
+from wedgewatch.base.vocab import RESOLVED, UNRESOLVED
 from wedgewatch.runner.verdict import Verdict
 from wedgewatch.suites.testrun import heredoc
 
@@ -96,7 +97,7 @@ def grade(
             f"{iid}: swebench reads an environment fault in the log ({reason}): {tail[-300:]}"
         )
     resolved = int(bool(report["resolved"]))
-    verdict = "resolved" if resolved else "unresolved"
+    verdict = RESOLVED if resolved else UNRESOLVED
     if not report["patch_successfully_applied"]:
         verdict = "tests_unreadable"  # the library found no test results in the log: resolved 0
     return Verdict(

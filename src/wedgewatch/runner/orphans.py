@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 from wedgewatch.base.errors import LedgerConflict
+from wedgewatch.base.vocab import ELSEWHERE, LOST, ORPHANED
 from wedgewatch.ledger.store import Ledger, Row
 
-ORPHANED = "orphaned"  # alive, stopped from here
-LOST = "lost"  # already gone
-ELSEWHERE = "elsewhere"  # on another host (or pid namespace): its pid means nothing here
+# A life's end reason here: ORPHANED (alive, stopped from here), LOST (already gone), ELSEWHERE (on
+# another host, or pid namespace: its pid means nothing here).
 
 
 def _cmdline(pid: int) -> list[str] | None:

@@ -17,15 +17,12 @@ import time
 from typing import Any
 
 from wedgewatch.base.errors import BadInput
-from wedgewatch.base.vocab import FOUND_ON_RESUME, INTERRUPTED
+from wedgewatch.base.vocab import FOUND_ON_RESUME, INTERRUPTED, ORPHANED, RUN_STARTS
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 from wedgewatch.runner import lease, orphans
 
 log = logging.getLogger(__name__)
-
-LIVE_MARKS = ("started", "resumed", "joined")
-END_MARKS = ("finished", "interrupted", "aborted")
 
 
 def check_not_running(ledger: Ledger, run_id: str) -> None:
@@ -43,7 +40,7 @@ def check_not_running(ledger: Ledger, run_id: str) -> None:
             )
         return
     marks = queries.run_marks(ledger, run_id)
-    if not marks or marks[-1]["kind"] not in LIVE_MARKS:
+    if not marks or marks[-1]["kind"] not in RUN_STARTS:
         return
     detail = json.loads(marks[-1]["detail_json"] or "{}")
     pid = detail.get("pid")
@@ -76,7 +73,7 @@ def stop_orphans(ledger: Ledger, run_id: str) -> list[str]:
     found: list[str] = []
     for life in queries.server_lives(ledger, run_id):
         here = life["life_id"] not in elsewhere
-        if life["ended_at"] is None and orphans.end_life(ledger, life, here) == orphans.ORPHANED:
+        if life["ended_at"] is None and orphans.end_life(ledger, life, here) == ORPHANED:
             found.append(life["life_id"])
     return found
 

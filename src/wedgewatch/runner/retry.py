@@ -1,8 +1,9 @@
-"""The retry policy: which attempt statuses are retried, and how an attempt's status is decided.
+"""How an attempt's status is decided: an agent's ending plus the proxy's records give one
+(status, reason).
 
-The decision of *what* to run next is the ledger view ``instance_next``; the statuses are named
-in ``wedgewatch.base.vocab`` (the view's SQL uses the same sets, and a test holds the two together);
-this module turns an agent's ending plus the proxy's records into one (status, reason).
+What a status means for the instance (final, retried, budgeted, requeued) is the retry rule in
+``wedgewatch.base.vocab``; the ledger view ``instance_next``, built from the same sets, says what
+to run next.
 """
 
 from __future__ import annotations

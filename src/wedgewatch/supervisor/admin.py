@@ -19,10 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
+from wedgewatch.base.vocab import GAVE_UP, REMOTE_RESTART
 from wedgewatch.supervisor.pool import Pool
 from wedgewatch.supervisor.supervisor import Supervisor
 
-REASON = "remote_restart"
+REASON = REMOTE_RESTART
 """The restart reason recorded for a restart asked over HTTP."""
 
 
@@ -68,7 +69,7 @@ def routes(pool: Pool, token: str | None) -> list[web.RouteDef]:
         await asyncio.gather(*(m.restart(REASON) for m in targets))
         failed = [m for m in targets if m.failure is not None]
         if failed:
-            return _error(503, "gave_up", f"{failed[0].cfg.name}: {failed[0].failure}")
+            return _error(503, GAVE_UP, f"{failed[0].cfg.name}: {failed[0].failure}")
         return web.json_response({"restarted": [_state(m) for m in targets]})
 
     return [web.get("/wedgewatch/servers", servers), web.post("/wedgewatch/restart", restart)]

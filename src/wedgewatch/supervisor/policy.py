@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from wedgewatch.base.errors import ServerStartError, WarmupError
+from wedgewatch.base.vocab import API_ERRORS, RECYCLE_INSTANCES, RECYCLE_TOKENS
 from wedgewatch.config import ServerConfig
 
 BACKOFF_CAP = 60.0
@@ -59,17 +60,17 @@ class RestartPolicy:
         n = self.cfg.restart_after_api_errors
         if n and self.api_errors >= n:
             self.api_errors = 0
-            return "api_errors"
+            return API_ERRORS
         return None
 
     def instance_done(self) -> str | None:
         self.instances += 1
         n = self.cfg.recycle_every_instances
-        return "recycle_instances" if n and self.instances % n == 0 else None
+        return RECYCLE_INSTANCES if n and self.instances % n == 0 else None
 
     def tokens(self, generated: int) -> str | None:
         n = self.cfg.recycle_every_tokens
-        return "recycle_tokens" if n and generated >= n else None
+        return RECYCLE_TOKENS if n and generated >= n else None
 
     def count(self, why: BaseException, kind: str) -> None:
         """Spend one restart of the budget; past ``max_restarts`` raise the clear error."""

@@ -33,6 +33,7 @@ from wedgewatch.base.events import (
     SupervisorEvent,
     Wedged,
 )
+from wedgewatch.base.vocab import EVENT_KINDS
 from wedgewatch.ledger import Ledger
 from wedgewatch.wire.heartbeat import Reading
 
@@ -115,9 +116,9 @@ def _row(ev: SupervisorEvent, run_id: str | None) -> tuple[str, dict[str, Any]]:
                 "age_requests": ev.age_requests,
                 "age_tokens": ev.age_tokens,
             }
-    detail = _detail(ev)
-    if detail is None:
+    if ev.kind not in EVENT_KINDS:
         return "", {}
+    detail = _detail(ev)
     life_id = ev.life_id if isinstance(ev, ServerEvent) else None  # GaveUp: the run's row
     return "events", {
         "ts": ev.ts,
@@ -128,7 +129,7 @@ def _row(ev: SupervisorEvent, run_id: str | None) -> tuple[str, dict[str, Any]]:
     }
 
 
-def _detail(ev: SupervisorEvent) -> dict[str, Any] | None:
+def _detail(ev: SupervisorEvent) -> dict[str, Any]:
     """An ``events`` row's detail, keys in the order they have always been written."""
     match ev:
         case Wedged():
@@ -154,4 +155,4 @@ def _detail(ev: SupervisorEvent) -> dict[str, Any] | None:
             return {**ev.result, "trigger": ev.trigger}
         case CanarySkipped():
             return {"skipped": ev.why, "trigger": ev.trigger, **ev.load}
-    return None
+    raise TypeError(f"{type(ev).__name__} is of kind {ev.kind}, an events row, and has no detail here")

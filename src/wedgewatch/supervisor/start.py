@@ -17,6 +17,7 @@ from wedgewatch.base.clock import Clock
 from wedgewatch.base.errors import PortBusyError, ServerStartError, WarmupError
 from wedgewatch.base.events import EventBus, ServerStarting
 from wedgewatch.base.protocols import ServerProcess
+from wedgewatch.base.vocab import ADOPTED
 from wedgewatch.config import ServerConfig
 from wedgewatch.supervisor import probes, profiles
 from wedgewatch.supervisor.detector import WedgeDetector
@@ -146,7 +147,7 @@ class Starter:
             with contextlib.suppress(OSError):
                 raw = Path(f"/proc/{pid}/cmdline").read_bytes()
                 argv = raw.decode(errors="replace").split("\0")[:-1]
-        return self.new_life(AdoptedServer(url, pid), argv, "adopted", owned=False)
+        return self.new_life(AdoptedServer(url, pid), argv, ADOPTED, owned=False)
 
     async def answers(self, url: str) -> bool:
         return await probes.http_status(self._http(), url + self.profile.health_path, 2.0) is not None

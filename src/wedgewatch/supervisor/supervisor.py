@@ -1,9 +1,13 @@
 """The supervisor: a fresh server life, really ready, warmed up, watched, restarted when it wedges.
+Long because it is the one object that decides: bringing a life up, ending it, and every handler
+that restarts it (wedge, crash, API errors, recycle) share one lock and one current life, and read
+best side by side.
 
 One asyncio object, in the same loop as the proxy. Bringing a life up and tearing one down are
-serialised by a lock; detection (scrapes, canaries, crash checks: ``watching.Watcher``) runs in
+serialised by a lock; detection (scrapes, canaries, crash checks: ``watcher.Watcher``) runs in
 background tasks that only ever *report* on the life they watched, and the handlers here decide,
-so a stale alarm cannot kill its successor.
+so a stale alarm cannot kill its successor. Each fact is published as a typed event on the bus,
+and ``recorder.Recorder`` writes the ledger's rows from it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from wedgewatch.base.events import (
     Wedged,
 )
 from wedgewatch.base.protocols import LifeInfo
+from wedgewatch.base.vocab import ADOPTED, CRASH, DETACHED, PORT_BUSY, RUN_START, STOP, WEDGE
 from wedgewatch.config import ServerConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.supervisor import profiles
@@ -194,7 +199,7 @@ class Supervisor:
             life, self._life = self._life, None
             if life is not None:
                 # A server we did not start is left running, as we found it.
-                await self._end(life, "stop" if life.owned else "detached", kill=life.owned)
+                await self._end(life, STOP if life.owned else DETACHED, kill=life.owned)
         await asyncio.gather(*list(self._endings), return_exceptions=True)
         if self.starter.session is not None:
             await self.starter.session.close()
@@ -232,7 +237,7 @@ class Supervisor:
         cfg = self.cfg
         if not self.profile.owned:
             run_hook = cfg.fresh and bool(cfg.restart_hook or cfg.restart_url)
-            await self._bring_up("run_start" if run_hook else "adopted", run_hook=run_hook)
+            await self._bring_up(RUN_START if run_hook else ADOPTED, run_hook=run_hook)
             return
         if not cfg.fresh and (cfg.url or cfg.port):
             url = (cfg.url or f"http://{cfg.host}:{cfg.port}").rstrip("/")
@@ -240,7 +245,7 @@ class Supervisor:
                 await self._make_ready(self.starter.adopt(url))
                 return
             log.warning("fresh = false but nothing answers at %s: starting a server", url)
-        await self._bring_up("run_start")
+        await self._bring_up(RUN_START)
 
     async def _bring_up(self, reason: str, run_hook: bool = True) -> None:
         """Start lives until one is ready and warmed, within the restart budget."""
@@ -257,7 +262,7 @@ class Supervisor:
                 await self._make_ready(life)
                 return
             except PortBusyError:
-                await self._end(life, "port_busy")
+                await self._end(life, PORT_BUSY)
                 if self.cfg.port or port_retries >= _AUTO_PORT_RETRIES:
                     raise
                 port_retries += 1  # someone took our auto-picked port between check and bind
@@ -278,7 +283,7 @@ class Supervisor:
                 await self.clock.sleep(delay)
                 reason, run_hook = kind, True
             except BaseException:
-                await asyncio.shield(self._end(life, "stop"))
+                await asyncio.shield(self._end(life, STOP))
                 raise
 
     async def _make_ready(self, life: Life) -> None:
@@ -401,7 +406,7 @@ class Supervisor:
         self.bus.publish(Wedged(member=self.cfg.name, life_id=life.life_id, evidence=detail))
         log.warning("wedge on %s: %s", life.life_id, {k: v for k, v in evidence.items() if k != "samples"})
         if self.cfg.restart_on_wedge:
-            await self._restart("wedge", life)
+            await self._restart(WEDGE, life)
 
     def _crash_seen(self, life: Life, code: int) -> None:
         """Start the crash path once per life, whoever noticed first."""
@@ -416,12 +421,12 @@ class Supervisor:
         self.bus.publish(Crashed(member=self.cfg.name, life_id=life.life_id, exit_code=code, log_tail=tail))
         log.warning("server %s exited with code %s", life.life_id, code)
         if self.cfg.restart_on_crash:
-            await self._restart("crash", life)
+            await self._restart(CRASH, life)
             return
         async with self._lock:
             if life is self._life:
                 self._life = None
-                await self._end(life, "crash")
+                await self._end(life, CRASH)
                 self._failure = ServerDown(f"the server exited with code {code} and restart_on_crash is off")
                 self._notify()
 

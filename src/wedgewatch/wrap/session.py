@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from wedgewatch import __version__
 from wedgewatch.base import redact
+from wedgewatch.base.vocab import EXITED, INTERRUPTED
 from wedgewatch.config import Config
 from wedgewatch.ledger import Ledger
 from wedgewatch.stack import session
@@ -28,7 +29,7 @@ from wedgewatch.wrap import command
 
 log = logging.getLogger(__name__)
 
-INTERRUPTED = session.INTERRUPTED
+INTERRUPTED_EXIT = session.INTERRUPTED  # the exit code; INTERRUPTED is the word the row keeps
 
 
 @dataclass
@@ -81,12 +82,12 @@ async def wrap(cfg: Config, ledger: Ledger, opts: WrapOptions) -> int:
     proc: asyncio.subprocess.Process | None = None
     started_row = False
     code: int | None = None
-    reason = "interrupted"
+    reason = INTERRUPTED
     async with session.stopping() as stop:
         try:
             url = await stop.first(stack.start(opts.host, opts.port))  # a failed start raises here
             if url is None:
-                return INTERRUPTED
+                return INTERRUPTED_EXIT
             base_url = (f"{url}/a/{opts.tag}" if opts.tag else url) + "/v1"
             argv = command.substitute(opts.argv, base_url, opts.rerun)
             env = command.environment(url, os.environ, opts.env_prefixes, opts.tag)
@@ -103,11 +104,11 @@ async def wrap(cfg: Config, ledger: Ledger, opts: WrapOptions) -> int:
                 return code
             status = await stop.first(proc.wait())
             if status is not None:
-                code, reason = command.exit_code(status), "exited"
+                code, reason = command.exit_code(status), EXITED
             await command.end_group(proc, opts.grace)  # stragglers after an exit, or the whole group
             if code is None:
                 code = command.exit_code(proc.returncode) if proc.returncode is not None else None
-            return INTERRUPTED if reason == "interrupted" else (code if code is not None else 1)
+            return INTERRUPTED_EXIT if reason == INTERRUPTED else (code if code is not None else 1)
         finally:
             if proc is not None and proc.returncode is None:
                 await asyncio.shield(command.end_group(proc, opts.grace))

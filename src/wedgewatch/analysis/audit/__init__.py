@@ -8,17 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.analysis.audit.join import (
-    INFRA_FAILED,
     InstanceRun,
     assign_files,
     audit_run,
     harness_runs,
     run_requests,
 )
-from wedgewatch.analysis.audit.results import SUBMITTED, read_results
+from wedgewatch.analysis.audit.results import read_results
 from wedgewatch.analysis.audit.signatures import Signatures, suite_statements
 from wedgewatch.analysis.stats import rate
 from wedgewatch.base.errors import BadInput
+from wedgewatch.base.vocab import INFRA_FAILED, RESOLVED, SUBMITTED, UNRESOLVED
 from wedgewatch.ledger import Ledger
 
 RERUN_FORMATS = ("miniswe", "swebench", "inspect", "ids")
@@ -93,8 +93,8 @@ def _final(
 
 def _summarise(per_run: list[Any], ids: list[str], files: list[Any]) -> dict[str, Any]:
     instances = [_final(iid, per_run) for iid in ids]
-    graded = any(i["verdict"] in ("resolved", "unresolved") for i in instances)
-    success = "resolved" if graded else SUBMITTED
+    graded = any(i["verdict"] in (RESOLVED, UNRESOLVED) for i in instances)
+    success = RESOLVED if graded else SUBMITTED
     n = len(instances)
     k = sum(1 for i in instances if i["verdict"] == success)
     infra = [i["instance_id"] for i in instances if i["outcome"] == INFRA_FAILED]
@@ -105,7 +105,7 @@ def _summarise(per_run: list[Any], ids: list[str], files: list[Any]) -> dict[str
         "instances": instances,
         "published": rate(k, n),
         "honest": rate(k_honest, n - len(infra)),
-        "infra_failed": infra,
+        INFRA_FAILED: infra,
         "runs": [
             {"harness_run": run["harness_run_id"], "exit_code": run["exit_code"], **counts}
             for run, _, counts in per_run
@@ -170,6 +170,6 @@ def render_text(result: dict[str, Any]) -> str:
     lines.append(f"published score ({result['success']}): {_pct(result['published'])}")
     lines.append(
         f"honest score ({result['success']}): {_pct(result['honest'])}, "
-        f"infra_failed {len(result['infra_failed'])} beside it"
+        f"{INFRA_FAILED} {len(result[INFRA_FAILED])} beside it"
     )
     return "\n".join(lines)

@@ -20,10 +20,8 @@ from wedgewatch.analysis.audit.attribute import AMBIGUOUS, NONE, attribute
 from wedgewatch.analysis.audit.results import HarnessFile, verdict
 from wedgewatch.analysis.audit.signatures import Signatures
 from wedgewatch.base.errors import BadInput
-from wedgewatch.base.vocab import STALL_KINDS, is_infra_outcome
+from wedgewatch.base.vocab import DETACHED, INFRA_FAILED, RESOLVED, STALL_KINDS, STOP, is_infra_outcome
 from wedgewatch.ledger import Ledger
-
-INFRA_FAILED = "infra_failed"
 
 
 @dataclass
@@ -38,7 +36,7 @@ class InstanceRun:
 
     @property
     def infra(self) -> bool:
-        return bool(self.stalls or self.upstream_errors) and self.verdict != "resolved"
+        return bool(self.stalls or self.upstream_errors) and self.verdict != RESOLVED
 
     @property
     def outcome(self) -> str:
@@ -120,6 +118,6 @@ def audit_run(
             inst.stalls += 1
         elif infra:
             inst.upstream_errors += 1
-        if infra and row.get("life_end") not in (None, "stop", "detached"):
+        if infra and row.get("life_end") not in (None, STOP, DETACHED):
             inst.restarts += 1  # in flight on a life the supervisor then replaced
     return per, {"requests": len(rows), "by": by, **lost}

@@ -10,8 +10,7 @@ from typing import Any
 
 from wedgewatch.analysis.scan import readers
 from wedgewatch.analysis.scan.readers import Facts
-
-SUBMITTED = "submitted"
+from wedgewatch.base.vocab import EARLY_STOP, EMPTY_PATCH, RESOLVED, SUBMITTED, UNRESOLVED
 
 
 @dataclass
@@ -46,19 +45,19 @@ def verdict(facts: list[Facts]) -> str:
     """One instance's verdict as the harness gave it: resolved/unresolved when a report says so,
     else how the agent ended (submitted, empty_patch, early_stop, or the error it raised)."""
     outcomes = [f.outcome for f in facts if f.outcome]
-    for word in ("resolved", "unresolved"):
+    for word in (RESOLVED, UNRESOLVED):
         if word in outcomes:
             return word
     if any(f.early_stop for f in facts):
-        return "early_stop"
-    if "empty_patch" in outcomes:
-        return "empty_patch"
+        return EARLY_STOP
+    if EMPTY_PATCH in outcomes:
+        return EMPTY_PATCH
     statuses = [f.status.split()[0] for f in facts if f.status.strip()]
     bad = [s for s in statuses if s != "Submitted"]
     if bad:
         return f"error:{bad[0]}"
     if any(f.patch_empty is True for f in facts):
-        return "empty_patch"
+        return EMPTY_PATCH
     if statuses or any(f.patch_empty is False for f in facts):
         return SUBMITTED
     return outcomes[0] if outcomes else "unknown"

@@ -27,7 +27,7 @@ from wedgewatch.analysis import stats
 from wedgewatch.analysis.plan.factors import KNOWN, Factor
 from wedgewatch.analysis.text import points, table
 from wedgewatch.base.errors import BadInput
-from wedgewatch.base.vocab import API_ERROR, MODEL_SIDE
+from wedgewatch.base.vocab import API_ERROR, MODEL_SIDE, WEDGE
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 
@@ -43,7 +43,7 @@ def _cell(ledger: Ledger, run_id: str) -> dict[str, Any]:
     events = queries.events_by_kind(ledger, run_id)
     k = by.get(API_ERROR, 0)
     n = k + sum(by.get(s, 0) for s in MODEL_SIDE)
-    return {"api_error": k, "attempts": n, "left_out": sum(by.values()) - n, "wedges": events.get("wedge", 0)}
+    return {API_ERROR: k, "attempts": n, "left_out": sum(by.values()) - n, "wedges": events.get(WEDGE, 0)}
 
 
 def analyse(ledger: Ledger, run_ids: list[str], extra: list[Factor] | None = None) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def analyse(ledger: Ledger, run_ids: list[str], extra: list[Factor] | None = Non
         c = _cell(ledger, rid)
         c["run_id"] = rid
         c["levels"] = {f.name: f.read(snap) for f, _, _ in varying}
-        c["rate"] = stats.rate(c["api_error"], c["attempts"])
+        c["rate"] = stats.rate(c[API_ERROR], c["attempts"])
         cells.append(c)
     x = {f.name: [0 if c["levels"][f.name] == ref else 1 for c in cells] for f, ref, _ in varying}
     estimable, aliased = _distinct_columns(x)
@@ -88,8 +88,8 @@ def analyse(ledger: Ledger, run_ids: list[str], extra: list[Factor] | None = Non
             continue
         at = [c for c, v in zip(cells, x[f.name], strict=True) if v == 1]
         rf = [c for c, v in zip(cells, x[f.name], strict=True) if v == 0]
-        k1, n1 = sum(c["api_error"] for c in at), sum(c["attempts"] for c in at)
-        k0, n0 = sum(c["api_error"] for c in rf), sum(c["attempts"] for c in rf)
+        k1, n1 = sum(c[API_ERROR] for c in at), sum(c["attempts"] for c in at)
+        k0, n0 = sum(c[API_ERROR] for c in rf), sum(c["attempts"] for c in rf)
         d, lo, hi = stats.newcombe_diff(k1, n1, k0, n0)
         effects.append(
             {
@@ -136,7 +136,7 @@ def _glm(cells: list[dict[str, Any]], x: dict[str, list[int]]) -> dict[str, Any]
     names = list(x)
     if len(cells) < len(names) + 1:
         return {"fitted": False, "why": f"{len(cells)} cells for {len(names) + 1} parameters", "factors": {}}
-    total_k, total_n = sum(c["api_error"] for c in cells), sum(c["attempts"] for c in cells)
+    total_k, total_n = sum(c[API_ERROR] for c in cells), sum(c["attempts"] for c in cells)
     if total_k in (0, total_n):
         return {
             "fitted": False,
@@ -148,7 +148,7 @@ def _glm(cells: list[dict[str, Any]], x: dict[str, list[int]]) -> dict[str, Any]
 
     succ, fail = [], []
     for c in cells:
-        k, n = c["api_error"], c["attempts"]
+        k, n = c[API_ERROR], c["attempts"]
         pad = 0.5 if k in (0, n) else 0.0
         succ.append(k + pad)
         fail.append(n - k + pad)
@@ -218,7 +218,7 @@ def render_text(r: dict[str, Any]) -> str:
             [
                 c["run_id"],
                 *(c["levels"][n] for n in names),
-                f"{c['api_error']}/{c['attempts']}",
+                f"{c[API_ERROR]}/{c['attempts']}",
                 c["rate"]["rate"],
                 c["wedges"],
             ]
@@ -241,7 +241,7 @@ def render_text(r: dict[str, Any]) -> str:
                 f"{hr['hr']:.3g} ({hr['ci95'][0]:.3g}–{hr['ci95'][1]:.3g})" if hr else "n/a",
             ]
         )
-    lines += table(["factor", "levels", "api_error", "difference", "95% CI", "hazard ratio (95% CI)"], rows)
+    lines += table(["factor", "levels", API_ERROR, "difference", "95% CI", "hazard ratio (95% CI)"], rows)
     if not r["glm"]["fitted"]:
         lines.append(f"  (no GLM: {r['glm']['why']})")
     if r["left_out_attempts"]:

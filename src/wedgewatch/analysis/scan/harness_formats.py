@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from wedgewatch.analysis.scan.records import Facts, FileData, Sample
+from wedgewatch.base.vocab import RESOLVED, UNRESOLVED
 
 
 def is_harbor_trial(data: dict[str, Any]) -> bool:
@@ -43,7 +44,7 @@ def harbor_trial(name: str, data: dict[str, Any]) -> FileData:
     rewards = verifier.get("rewards") if isinstance(verifier, dict) else None
     reward = rewards.get("reward") if isinstance(rewards, dict) else None
     if isinstance(reward, int | float) and not exc:
-        facts.outcome = "resolved" if reward >= 1 else "unresolved"
+        facts.outcome = RESOLVED if reward >= 1 else UNRESOLVED
     fd.facts = [facts]
     if data.get("started_at") and data.get("finished_at"):
         seconds = _seconds(data["started_at"], data["finished_at"])

@@ -15,6 +15,7 @@ from typing import Any
 
 from wedgewatch.analysis.scan.records import Facts, FileData, Sample
 from wedgewatch.base.errors import BadInput
+from wedgewatch.base.vocab import RESOLVED, UNRESOLVED
 
 CORRECT = ("C", 1, 1.0, True)
 
@@ -71,7 +72,7 @@ def from_samples(name: str, samples: list[Any]) -> FileData:
             first = next(iter(scores.values()), None) if isinstance(scores, dict) else None
             value = first.get("value") if isinstance(first, dict) else None
             if value is not None:
-                facts.outcome = "resolved" if value in CORRECT else "unresolved"
+                facts.outcome = RESOLVED if value in CORRECT else UNRESOLVED
         fd.facts.append(facts)
         total = s.get("total_time")
         if isinstance(total, int | float):

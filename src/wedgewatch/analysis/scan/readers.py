@@ -19,6 +19,17 @@ from typing import Any
 from wedgewatch.analysis.scan import harness_formats, inspect_log
 from wedgewatch.analysis.scan.records import Facts, FileData, Sample
 from wedgewatch.base.errors import BadInput
+from wedgewatch.base.vocab import (
+    API_ERROR,
+    EARLY_STOP,
+    EMPTY_PATCH,
+    INFRA_FAILED,
+    OUTCOMES,
+    PENDING,
+    RESOLVED,
+    RETRIED,
+    UNRESOLVED,
+)
 
 __all__ = ["Facts", "FileData", "Sample", "expand", "read"]
 
@@ -60,10 +71,10 @@ STATUS_KEYS = (
 TIMEOUT_FLAGS = ("timed_out", "is_timeout", "timeout")  # only as booleans: "timeout" may hold seconds
 ID_KEYS = ("instance_id", "id", "task_id", "instance", "name")
 REPORT_LISTS = {
-    "resolved_ids": "resolved",
-    "unresolved_ids": "unresolved",
+    "resolved_ids": RESOLVED,
+    "unresolved_ids": UNRESOLVED,
     "error_ids": "error",
-    "empty_patch_ids": "empty_patch",
+    "empty_patch_ids": EMPTY_PATCH,
     "incomplete_ids": "incomplete",
 }
 REPORT_ID_KEYS = (*REPORT_LISTS, "completed_ids", "submitted_ids", "infra_failure_ids")
@@ -75,7 +86,7 @@ MINI_EARLY_STOPS = (
     "FormatError",
     "CostLimitExceeded",
 )
-OUTCOME_WORDS = ("resolved", "unresolved", "empty_patch", "early_stop", "infra_failed", "pending", "error")
+OUTCOME_WORDS = (*OUTCOMES, "error")
 
 
 def expand(paths: list[Path]) -> list[Path]:
@@ -146,8 +157,7 @@ def _object(name: str, path: Path, data: dict[str, Any]) -> FileData:
     if values and all(isinstance(v, dict) and "resolved" in v for v in values):
         fd = FileData(name, "swebench instance report")
         fd.facts = [
-            Facts(str(k), name, outcome="resolved" if v["resolved"] else "unresolved")
-            for k, v in data.items()
+            Facts(str(k), name, outcome=RESOLVED if v["resolved"] else UNRESOLVED) for k, v in data.items()
         ]
         return fd
     if values and all(isinstance(v, dict) and "model_patch" in v for v in values):
@@ -169,7 +179,7 @@ def _report(name: str, data: dict[str, Any]) -> FileData:
             f = seen.setdefault(str(iid), Facts(str(iid), name))
             if f.outcome is None:  # an id in two lists keeps the first (resolved before the rest)
                 f.outcome = outcome
-            if outcome == "empty_patch":
+            if outcome == EMPTY_PATCH:
                 f.patch_empty = True
     for iid in data.get("infra_failure_ids") or []:
         f = seen.setdefault(str(iid), Facts(str(iid), name))
@@ -199,7 +209,7 @@ def _trajectory(name: str, path: Path, data: dict[str, Any], info: dict[str, Any
     if isinstance(submission, str) or submission is None:
         facts.patch_empty = not (submission or "").strip()
         if exit_status == "Submitted" and facts.patch_empty:
-            facts.outcome = "empty_patch"
+            facts.outcome = EMPTY_PATCH
     fd.facts = [facts]
     duration = _duration(info)
     if duration is None:
@@ -280,17 +290,14 @@ def _rows(name: str, rows: list[Any], kind: str) -> FileData:
             continue
         iid = next((str(row[k]) for k in ID_KEYS if row.get(k) not in (None, "")), f"{Path(name).name}:{n}")
         facts = Facts(iid, name, status=_status(row))
-        facts.api_error = _truthy(row.get("api_error", False))
-        facts.early_stop = _truthy(row.get("early_stop", False))
+        facts.api_error = _truthy(row.get(API_ERROR, False))
+        facts.early_stop = _truthy(row.get(EARLY_STOP, False))
         outcome = row.get("outcome")
         if isinstance(outcome, str) and outcome in OUTCOME_WORDS:
             facts.outcome = outcome
-        elif "resolved" in row and row["resolved"] not in (None, ""):
-            facts.outcome = "resolved" if _truthy(row["resolved"]) else "unresolved"
-        elif isinstance(row.get("status"), str) and row["status"].strip().lower() in (
-            "resolved",
-            "unresolved",
-        ):
+        elif RESOLVED in row and row[RESOLVED] not in (None, ""):
+            facts.outcome = RESOLVED if _truthy(row[RESOLVED]) else UNRESOLVED
+        elif isinstance(row.get("status"), str) and row["status"].strip().lower() in (RESOLVED, UNRESOLVED):
             facts.outcome = row["status"].strip().lower()  # many harnesses put the verdict in status
         if "model_patch" in row:
             facts.patch_empty = not str(row["model_patch"] or "").strip()
@@ -302,8 +309,8 @@ def _rows(name: str, rows: list[Any], kind: str) -> FileData:
             or facts.status
             or facts.outcome
             or facts.patch_empty is not None
-            or "api_error" in row
-            or "early_stop" in row
+            or API_ERROR in row
+            or EARLY_STOP in row
         )
         fd.facts.append(facts)
     if kind in ("jsonl", "json list") and not fd.samples and all(f.patch_empty is not None for f in fd.facts):
@@ -327,12 +334,12 @@ def _wedgewatch_row(fd: FileData, row: dict[str, Any]) -> None:
             # An api_error attempt was retried in a fresh sandbox: the final outcome stands on
             # its own, so the flag is no evidence against it here.
             api_error=False,
-            early_stop=bool(row.get("early_stop")),
-            already_infra=row.get("outcome") in ("infra_failed", "pending"),
+            early_stop=bool(row.get(EARLY_STOP)),
+            already_infra=row.get("outcome") in (INFRA_FAILED, PENDING),
         )
     )
     for a in row["attempts"]:
         if isinstance(a, dict) and (d := _number(a.get("duration"))) is not None:
             status = f"{a.get('status', '')}:{a.get('reason', '')}".strip(":")
-            infra = a.get("status") in ("api_error", "harness_error", "interrupted")
+            infra = a.get("status") in RETRIED
             fd.samples.append(Sample(iid, d, status, fd.path, already_infra=infra))

@@ -24,6 +24,7 @@ from wedgewatch.analysis import stats
 from wedgewatch.analysis.scan import clusters as cl
 from wedgewatch.analysis.scan.readers import FileData, expand, read
 from wedgewatch.analysis.text import points, rate_text, table
+from wedgewatch.base.vocab import API_ERROR, EMPTY_PATCH, PENDING, RESOLVED
 
 TIMEOUT_RE = re.compile(r"time[ds]?[_ -]?out|deadline|\bstall|\bhang\b|\bhung\b", re.IGNORECASE)
 API_RE = re.compile(
@@ -40,7 +41,7 @@ def status_kind(text: str) -> str | None:
     if TIMEOUT_RE.search(text):
         return "timeout"
     if API_RE.search(text):
-        return "api_error"
+        return API_ERROR
     return None
 
 
@@ -98,7 +99,7 @@ def scan(paths: list[Path], hints: list[float] | None = None) -> dict[str, Any]:
         kinds = {k for s in inst.statuses if (k := status_kind(s))}
         inst.evidence = [f"status:{k}" for k in sorted(kinds)]
         if inst.api_error:
-            inst.evidence.append("api_error")
+            inst.evidence.append(API_ERROR)
         strong = bool(inst.evidence)
         if inst.instance_id in in_cluster:
             inst.evidence.append("cluster")
@@ -107,10 +108,10 @@ def scan(paths: list[Path], hints: list[float] | None = None) -> dict[str, Any]:
         if match:
             inst.evidence.append(f"timeout_match:{match['tries']}x{match['timeout']:g}s")
         if inst.patch_empty:
-            inst.evidence.append("empty_patch")
+            inst.evidence.append(EMPTY_PATCH)
         if not (strong or (match and (match["tries"] >= 2 or inst.patch_empty))):
             continue
-        if inst.outcome == "resolved":
+        if inst.outcome == RESOLVED:
             resolved_with_evidence.append(inst)
         elif not inst.excluded:
             suspicious.append(inst)
@@ -149,7 +150,7 @@ def _inst_dict(i: Instance) -> dict[str, Any]:
         "outcome": i.outcome,
         "durations": [round(d, 3) for d in sorted(i.durations)],
         "status": "; ".join(dict.fromkeys(i.statuses))[:200],
-        "empty_patch": i.patch_empty,
+        EMPTY_PATCH: i.patch_empty,
         "evidence": i.evidence,
     }
 
@@ -158,14 +159,12 @@ def _score(
     files: list[FileData], insts: dict[str, Instance], suspicious: list[Instance]
 ) -> dict[str, Any] | None:
     """The score as the files have it, and with the suspicious instances moved to infrastructure."""
-    scored = [
-        i for i in insts.values() if i.outcome is not None and not i.excluded and i.outcome != "pending"
-    ]
+    scored = [i for i in insts.values() if i.outcome is not None and not i.excluded and i.outcome != PENDING]
     if not scored:
         return None
     totals = [fd.total for fd in files if fd.total is not None]
     n = max([len(scored), *totals])  # a report's denominator counts instances without predictions
-    k = sum(1 for i in scored if i.outcome == "resolved")
+    k = sum(1 for i in scored if i.outcome == RESOLVED)
     moved = sum(1 for i in suspicious if i.outcome is not None)
     return {
         "as_scored": stats.rate(k, n),
@@ -217,7 +216,7 @@ def verdict(r: dict[str, Any]) -> list[str]:
         out.append(
             "No unresolved instance is in a cluster or carries a timeout/API status: the score is unaffected."
         )
-    empty = sum(1 for i in r["suspicious"] if i["empty_patch"])
+    empty = sum(1 for i in r["suspicious"] if i[EMPTY_PATCH])
     if empty:
         out.append(f"{empty} of them left an empty patch, as a hung agent does.")
     return out
