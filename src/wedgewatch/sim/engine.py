@@ -164,6 +164,7 @@ class Stats:
     by_path: dict[str, int] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
     tokens_generated: int = 0
+    broken: int = 0  # answered with a broken reply (sim/broken.py): HTML, not JSON, cut, endless
 
 
 class Engine:
@@ -186,6 +187,7 @@ class Engine:
         self.adapter_requests: dict[str, int] = {}
         self.wedged_at: float | None = None
         self.wedge_cause = ""
+        self.livelocked_at: float | None = None
         self.ready_at = 0.0
         self.listener: asyncio.Server | None = None  # closed first by a lingering crash
         self.started = time.time()
@@ -213,6 +215,17 @@ class Engine:
             self.wedged_at = time.time()
             self.wedge_cause = cause
             log.warning("engine wedged (%s) at age %d requests", cause, self.age_requests)
+
+    @property
+    def livelocked(self) -> bool:
+        return self.livelocked_at is not None
+
+    def livelock(self) -> None:
+        """The engine goes on stepping (steps, KV usage and admissions move on /metrics) but no
+        request gets another token: mlx-lm #1493's batch loop, iterating with nothing delivered."""
+        if self.livelocked_at is None:
+            self.livelocked_at = time.time()
+            log.warning("engine livelocked at age %d requests", self.age_requests)
 
     def record_fault(self, action: str, messages: list[dict[str, Any]], tokens: int) -> None:
         """The simulator's own record of each request it struck (``--fault-log``): the ground
@@ -291,6 +304,8 @@ class Engine:
             "faults": dict(s.faults),
             "wedged": self.wedged,
             "wedge_cause": self.wedge_cause or None,
+            "livelocked": self.livelocked,
+            "broken": s.broken,
             "requests_served": s.completed,
             "tokens_generated": s.tokens_generated,
             "age_requests": self.age_requests,

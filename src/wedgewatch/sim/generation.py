@@ -10,9 +10,11 @@ piling up timers.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
+import signal
 import socket
 import sys
 import time
@@ -21,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from wedgewatch.sim import broken
 from wedgewatch.sim.anthropic import AnthropicEncoder
 from wedgewatch.sim.chunks import PING, ChatEncoder, CompletionEncoder, Encoder, Reply
 from wedgewatch.sim.engine import Engine
@@ -31,7 +34,7 @@ from wedgewatch.sim.sched import Ticket
 
 log = logging.getLogger(__name__)
 
-_BOUNDARY_ACTIONS = ("stall_after", "drop", "crash", "wedge")
+_BOUNDARY_ACTIONS = ("stall_after", "drop", "crash", "wedge", "livelock", *broken.REPLY_ACTIONS)
 _ENCODERS: dict[str, Callable[[GenRequest, Reply], Encoder]] = {
     "chat": lambda req, reply: ChatEncoder(req.model, reply),
     "completion": lambda req, reply: CompletionEncoder(req.model, reply),
@@ -85,6 +88,8 @@ class Generation:
                 st.completed += 1
             elif self.outcome == "dropped":
                 st.dropped += 1
+            elif self.outcome == "broken":
+                st.broken += 1
             else:
                 st.aborted += 1
                 e.m.success["abort"] += 1
@@ -92,6 +97,10 @@ class Generation:
 
     async def _run(self) -> web.StreamResponse:
         e, req, m = self.e, self.req, self.e.m
+        if self.fault is not None and self.fault.action == broken.HTML_200:
+            self._note(broken.HTML_200)  # a gateway's page in place of any answer
+            self.outcome = "broken"
+            return broken.html_page()
         if req.stream:
             self.resp = web.StreamResponse(
                 headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
@@ -128,6 +137,11 @@ class Generation:
         if wedge_at is not None and wedge_at < stop_at:
             stop_at, action = wedge_at, "stochastic_wedge"
         await self._emit(stop_at, rate)
+        if action in broken.REPLY_ACTIONS:
+            self._note(action)
+            self.outcome = "broken"
+            body = b"" if self.resp is not None else json.dumps(self.enc.body(req.prompt_tokens)).encode()
+            return await broken.strike(action, self.request, self.resp, req.kind, body)
         if action:
             await self._strike(action)
 
@@ -218,7 +232,8 @@ class Generation:
             self.e.record_fault(action, self.req.messages, self.tokens)
 
     async def _stall(self) -> None:
-        self._note("wedged")  # a request the wedged server holds (the striking one noted first)
+        # A request the wedged (or livelocked) server holds; the striking one was noted first.
+        self._note("livelocked" if self.e.livelocked and not self.e.wedged else "wedged")
         await self._sleep_until(math.inf)
 
     async def _emit(self, stop: int, rate: float) -> None:
@@ -235,7 +250,7 @@ class Generation:
             if now < t_next:
                 await self._sleep_until(t_next)
                 now = loop.time()
-            if e.wedged:
+            if e.wedged or e.livelocked:
                 await self._stall()
             if self.preempted:
                 await self._requeue()
@@ -280,8 +295,12 @@ class Generation:
         if action == "wedge" or action == "stochastic_wedge":
             if action == "wedge":
                 self.e.wedge("scripted", fault.gauges if fault is not None else "frozen")
+                if fault is not None and fault.ignore_sigterm:  # replaces the handler that stops
+                    self.loop.add_signal_handler(signal.SIGTERM, log.warning, "sim: SIGTERM ignored (wedged)")
             else:
                 self.e.wedge("stochastic")
+        elif action == "livelock":
+            self.e.livelock()
         elif action == "drop":
             await self._flush()
             self.outcome = "dropped"
@@ -292,6 +311,11 @@ class Generation:
             await self._flush()
             code = fault.exit_code if fault is not None else 1
             delay = fault.exit_delay / self.e.scale if fault is not None else 0.0
+            if fault is not None and fault.error_event and self.resp is not None:
+                # vLLM #48966: the stream ends with the engine's error, then the process exits.
+                await self._write(broken.error_event(self.req.kind))
+                await self.resp.write_eof()
+                await self._flush()
             log.error("fault: crashing with exit code %d in %.3f s", code, delay)
             for h in logging.getLogger().handlers:
                 h.flush()

@@ -16,7 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from wedgewatch.base.errors import ScenarioError
 
 Action = Literal[
-    "stall_ttft", "stall_after", "trickle", "http_error", "drop", "crash", "wedge", "wedge_in_prefill"
+    "stall_ttft",
+    "stall_after",
+    "trickle",
+    "http_error",
+    "drop",
+    "crash",
+    "wedge",
+    "wedge_in_prefill",
+    "livelock",
+    "error_event",
+    "html_200",
+    "not_json",
+    "unfinished",
+    "endless_line",
 ]
 
 
@@ -39,8 +52,9 @@ class Fault(_Strict):
     """How many matching requests the fault applies to; 0 = every one."""
     action: Action
     after_tokens: int = Field(0, ge=0)
-    """stall_after, drop, crash, wedge: tokens sent before the fault strikes. wedge_in_prefill:
-    prompt tokens prefilled before the server wedges (0: half the prompt)."""
+    """stall_after, drop, crash, wedge, livelock, error_event and the broken replies (not_json,
+    unfinished, endless_line): tokens sent before the fault strikes. wedge_in_prefill: prompt
+    tokens prefilled before the server wedges (0: half the prompt)."""
     rate: float = Field(0.5, gt=0)
     """trickle: tokens per second (multiplied by --time-scale, as every duration is divided)."""
     status: int = Field(503, ge=400, le=599)
@@ -55,6 +69,13 @@ class Fault(_Strict):
     exit_delay: float = Field(0.0, ge=0)
     """crash: seconds between the server's sockets closing and the process exiting, in which it
     answers nothing and cannot yet be reaped (a server that takes a moment to die); 0 = at once."""
+    ignore_sigterm: bool = False
+    """wedge: once wedged, the process ignores SIGTERM and only SIGKILL ends it (a stuck
+    llama-server needed `kill -9`, llama.cpp #27388). `[startup] ignore_sigterm` does it from the
+    start."""
+    error_event: bool = False
+    """crash: the stream's last event is the server's error (vLLM's EngineDeadError after HTTP
+    200) before the process exits, as vLLM #48966 shows it."""
 
 
 class Startup(_Strict):

@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from wedgewatch import __version__
 from wedgewatch.base.errors import BadInput
-from wedgewatch.sim import sglang
+from wedgewatch.sim import sglang, slots
 from wedgewatch.sim.chunks import plan_reply
 from wedgewatch.sim.engine import Engine, SimOptions
 from wedgewatch.sim.faults import RequestKey
@@ -169,6 +169,7 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_get("/v1/models", models)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/sim/stats", sim_stats)
+    app.router.add_routes(slots.routes(engine))  # llama.cpp's /slots: hangs once wedged
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/responses", responses)

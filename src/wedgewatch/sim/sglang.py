@@ -81,13 +81,22 @@ def make_registry(engine: Engine) -> CollectorRegistry:
 
 
 async def _health(engine: Engine) -> web.Response:
-    """200 while the scheduler answers; once wedged, SGLang's 503 after its 20 s wait."""
+    """SGLang's rule: an idle scheduler serves the health request at once (200); a busy one is
+    healthy when any output comes within the 20 s wait (200 then), else 503. So a frozen scheduler
+    is 503 after 20 s, and so is a busy one whose long chunked prefill emits nothing for that long:
+    the false unhealthy of SGLang #22511."""
     if not engine.ready():
         return web.json_response({}, status=503)
-    if engine.wedged:
-        await asyncio.sleep(HEALTH_TIMEOUT / engine.scale)
-        return web.Response(status=503)
-    return web.Response(status=200)
+    if not engine.wedged and engine.m.running + engine.m.waiting == 0:
+        return web.Response(status=200)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + HEALTH_TIMEOUT / engine.scale
+    seen = engine.m.generation_tokens  # the live counter: a frozen engine adds nothing to it
+    while loop.time() < deadline:
+        if engine.m.generation_tokens > seen:
+            return web.Response(status=200)
+        await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
+    return web.Response(status=503)
 
 
 def routes(engine: Engine) -> list[web.RouteDef]:
