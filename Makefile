@@ -87,6 +87,7 @@ bench: $(STAMP)
 	$(BIN)/wedgewatch bench llamacpp
 	$(BIN)/wedgewatch bench vllm
 	$(BIN)/wedgewatch bench detection
+	$(BIN)/wedgewatch bench faults
 	$(BIN)/wedgewatch bench scale
 
 # Regenerates the one lock from pyproject.toml, every extra included (needs network to PyPI).
