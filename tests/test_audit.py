@@ -34,15 +34,20 @@ def request(
     outcome: str = "ok",
     tag: str | None = None,
 ) -> None:
+    start = {
+        "request_id": f"r{n:04d}",
+        "attempt_id": tag,
+        "life_id": f"{run}-life",
+        "path": "/v1/chat/completions",
+        "client_stream": 0,
+        "started_at": time.time(),
+    }
+    # Its start and its end, as the proxy writes them.
+    ledger.append("request_starts", start)
     ledger.append(
         "requests",
         {
-            "request_id": f"r{n:04d}",
-            "attempt_id": tag,
-            "life_id": f"{run}-life",
-            "path": "/v1/chat/completions",
-            "client_stream": 0,
-            "started_at": time.time(),
+            **start,
             "duration": 0.1,
             "outcome": outcome,
             "detail_json": {"fp": fingerprint.of_messages(messages)},
@@ -170,8 +175,9 @@ def test_ledger_checks_name_what_is_missing(tmp_path: Path) -> None:
     request(ledger, 2, "wrap-2", prompt("b-2"))  # a life nobody recorded
     assert checks.problems(ledger) == [
         "server life wrap-1-life has no end",
-        "requests name server life wrap-2-life, which has no row",
         "harness run wrap-1 has no end",
+        "requests name server life wrap-2-life, which has no row",
+        "request_starts name server life wrap-2-life, which has no row",
     ]
     ledger.append(
         "harness_run_ends", {"harness_run_id": "wrap-1", "ended_at": time.time(), "end_reason": "exited"}
@@ -179,7 +185,10 @@ def test_ledger_checks_name_what_is_missing(tmp_path: Path) -> None:
     ledger.append(
         "server_life_ends", {"life_id": "wrap-1-life", "ended_at": time.time(), "end_reason": "stop"}
     )
-    assert checks.problems(ledger) == ["requests name server life wrap-2-life, which has no row"]
+    assert checks.problems(ledger) == [
+        "requests name server life wrap-2-life, which has no row",
+        "request_starts name server life wrap-2-life, which has no row",
+    ]
     ledger.close()
 
 

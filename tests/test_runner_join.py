@@ -22,6 +22,7 @@ import pytest
 from ledger_helpers import add_attempt, make_run, outcomes
 from test_runner_sim import SEED2
 from wedgewatch.base.errors import LedgerConflict
+from wedgewatch.base.processes import pid_space, start_time
 from wedgewatch.config import Config
 from wedgewatch.ledger import Ledger, checks
 from wedgewatch.runner import lease
@@ -200,14 +201,16 @@ def _taken_over(url: str, victim: str, flight: set[str], why: str) -> None:
         assert detail["runner_id"] == v_id and detail["by"] == by_id and why in detail["why"], detail
     how = q(url, "SELECT how, detail_json FROM runner_ends WHERE runner_id = ?", v_id)[0]
     assert how[0] == "lost" and why in json.loads(how[1])["why"]
-    # Its server, left running in a process group of its own, was stopped by the other runner.
+    # Its server, in a process group of its own, is stopped: by the other runner ("orphaned"), or
+    # already by the victim's own watcher the moment it was SIGKILLed ("lost": gone when found).
     lives = q(
         url,
-        "SELECT l.end_reason FROM runner_lives rl JOIN server_life_view l USING (life_id) "
-        "WHERE rl.runner_id = ? ORDER BY l.started_at",
+        "SELECT e.end_reason, l.pid, l.pid_start FROM runner_lives rl JOIN server_lives l USING (life_id) "
+        "JOIN server_life_ends e USING (life_id) WHERE rl.runner_id = ? ORDER BY l.started_at",
         v_id,
     )
-    assert lives[0][0] == "orphaned", lives
+    assert lives and lives[0][0] in ("orphaned", "lost"), lives
+    assert all(start_time(pid) != started for _, pid, started in lives)  # gone, or the pid reused
 
 
 @pytest.mark.long
@@ -332,7 +335,7 @@ def test_a_runner_paused_as_it_judges_takes_no_live_runner_for_dead(pg_url: str)
         lg.append(
             "runners",
             {"runner_id": "other", "run_id": "r", "role": "runner", "host": "h", "pid": other.pid,
-             "pid_space": lease.pid_space(), "pid_start": lease.start_time(other.pid),
+             "pid_space": pid_space(), "pid_start": start_time(other.pid),
              "started_at": time.time(), "lease_seconds": 1.0, "tool_version": "test"},
         )  # fmt: skip
 

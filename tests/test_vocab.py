@@ -47,6 +47,7 @@ HOMONYMS: dict[tuple[str, str], tuple[int, str]] = {
     ("cli/__init__.py", "interrupted"): (1, "the message printed on Ctrl-C"),
     ("cli/bench_detection.py", "client_error"): (1, _CLIENT_ERROR),
     ("cli/bench_vllm.py", "client_error"): (1, _CLIENT_ERROR),
+    ("cli/ledger.py", "ok"): (1, "the JSON key of `ledger check --json`: whether every invariant holds"),
     ("cli/proxy.py", "total_timeout"): (3, _TOTAL_TIMEOUT),
     ("ledger/checks.py", "ok"): (1, "SQLite's integrity_check answer"),
     ("ledger/pg/migrations/env.py", "connection"): (1, "Alembic's attribute holding the connection"),

@@ -71,9 +71,15 @@ CLIENT_SLOW_BODY = "client_slow_body"
 """The client did not send its whole request body within ``body_timeout``: the upstream never had
 the request, so nothing is held against the server."""
 
+INTERRUPTED = "interrupted"
+"""Stopped from outside, nothing failed: an attempt's status, a run's end mark, a harness run's
+end (``wedgewatch wrap``), and a request whose proxy was killed (its start without an end, found by
+the next process to open the ledger). One word for one thing, in four tables."""
+
 INFRA_OUTCOMES = frozenset({*STALL_KINDS, CONNECTION, *REPLY_FAULTS})
 """Request outcomes that are the infrastructure's fault, besides every ``upstream_http_<code>``."""
-# The others (ok, client_disconnect, client_error, client_slow_body) say nothing against it.
+# The others (ok, client_disconnect, client_error, client_slow_body, interrupted) say nothing
+# against it.
 
 
 def upstream_http(status: int) -> str:
@@ -92,9 +98,6 @@ SUBMITTED = "submitted"
 EARLY_STOP = "early_stop"
 API_ERROR = "api_error"
 HARNESS_ERROR = "harness_error"
-INTERRUPTED = "interrupted"
-"""Stopped from outside, nothing failed: an attempt's status, a run's end mark, a harness run's
-end (``wedgewatch wrap``). One word for one thing, in three tables."""
 RUNNING = "running"
 """Not stored: an attempt with no end row yet, as the ledger's views show it; and a run whose last
 mark ended one runner's execution while another runner of it still holds a live lease (several

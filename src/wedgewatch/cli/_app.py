@@ -50,8 +50,9 @@ LedgerOption = Annotated[
 """The ``--ledger`` flag of every command that reads a ledger."""
 
 
-def open_ledger(path: str | Path | None) -> Ledger:
-    """The ledger at ``path`` (default: run.ledger's default); BadInput if it does not exist."""
+def open_ledger(path: str | Path | None, write: bool = False) -> Ledger:
+    """The ledger at ``path`` (default: run.ledger's default), opened to read (``write``: to add
+    rows, as ``import-report`` does); BadInput if it does not exist or is no wedgewatch ledger."""
     # Imported here: a command that opens no ledger (a simulator, the proxy) starts without
     # the config's models and the ledger (docs/architecture.md, the CLI's start-up).
     from wedgewatch.config import RunConfig
@@ -61,7 +62,9 @@ def open_ledger(path: str | Path | None) -> Ledger:
     p = str(path) if path is not None else RunConfig().ledger
     if not exists(p):
         raise BadInput(f"--ledger: {p} does not exist")
-    return Ledger(p)
+    if write:
+        Ledger(p, read_only=True).close()  # refuse what is no wedgewatch ledger before writing to it
+    return Ledger(p, read_only=not write)
 
 
 def serve_forever(main: Coroutine[Any, Any, T]) -> T:

@@ -24,7 +24,7 @@ def import_report_cmd(
     final attempt. Nothing is overwritten: the latest verdict of an attempt is the one that counts."""
     from wedgewatch.analysis.import_report import import_report
 
-    with open_ledger(ledger) as lg:
+    with open_ledger(ledger, write=True) as lg:
         res = import_report(lg, run_id, report)
     data = {
         "run_id": res.run_id,

@@ -79,10 +79,11 @@ async def _serve(
     cfg: Config, host: str, port: int, ledger_path: str, token: str | None, api_key: str | None = None
 ) -> int:
     from wedgewatch.ledger import Ledger
-    from wedgewatch.stack import session
+    from wedgewatch.stack import recovery, session
     from wedgewatch.stack.servers import Stack
 
     ledger = Ledger(ledger_path)
+    recovery.recover(ledger)  # what a killed serve (or run, or wrap) left open, servers included
     stack = Stack(
         cfg.members(), cfg.watchdog, ledger=ledger, admin=True, restart_token=token, api_key=api_key
     )

@@ -52,6 +52,7 @@ def wrap(
     records the harness run; `wedgewatch audit` reads its results against the request rows."""
     from wedgewatch.config import load_config
     from wedgewatch.ledger import Ledger
+    from wedgewatch.stack import recovery
     from wedgewatch.supervisor import profiles
     from wedgewatch.wrap import command
     from wedgewatch.wrap.session import WrapOptions
@@ -71,6 +72,7 @@ def wrap(
     opts = WrapOptions(argv=cmd, port=port, rerun=lines, env_prefixes=env_prefix or (), tag=tag, grace=grace)
     store = Ledger(ledger or cfg.run.ledger)
     try:
+        recovery.recover(store)  # what a killed wrap (or serve, or run) left open, servers included
         code = serve_forever(run_wrapped(cfg, store, opts))
     finally:
         store.close()

@@ -227,6 +227,7 @@ def serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)  # a closed terminal stops it, as SIGTERM does
 
     log.info(
         "loading %s as %r (ctx %d, %d slots, %d threads)",

@@ -37,6 +37,7 @@ RUN_ROWS: dict[str, tuple[str, int]] = {
     "attempt_ends": (f"attempt_id IN {_ATTEMPTS}", 1),
     "evaluations": (f"attempt_id IN {_ATTEMPTS}", 1),
     "requests": (f"attempt_id IN {_ATTEMPTS} OR life_id IN {_LIVES}", 2),
+    "request_starts": (f"attempt_id IN {_ATTEMPTS} OR life_id IN {_LIVES}", 2),
     "events": (f"run_id = ? OR attempt_id IN {_ATTEMPTS} OR life_id IN {_LIVES}", 3),
     "metric_samples": (f"life_id IN {_LIVES}", 1),
     "runners": ("run_id = ?", 1),

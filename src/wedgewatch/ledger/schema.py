@@ -23,12 +23,14 @@ from wedgewatch.base.vocab import (
     UNRESOLVED,
     sql_list,
 )
+from wedgewatch.ledger.schema_owners import OWNER_COLUMNS, OWNER_TABLES
 from wedgewatch.ledger.schema_runners import RUNNER_TABLES
 
-SCHEMA_VERSION = 6  # 3: harness_runs, harness_run_ends (wedgewatch wrap); 4: run_changes;
+SCHEMA_VERSION = 7  # 3: harness_runs, harness_run_ends (wedgewatch wrap); 4: run_changes;
 # 5: server_lives.member (a pool of servers, [[servers]]); 6: several runners on one run (runners,
 # runner_beats, runner_ends, runner_lives, evaluation_starts, attempts.runner_id, evaluations.eval_no, the unique
-# index attempts_claim)
+# index attempts_claim); 7: request_starts and the pid columns of server_lives and harness_runs
+# (schema_owners.py: what a SIGKILLed process left open is closed by the next one)
 
 # Columns added after version 1, per version: (table, column, type). A ledger written by an older
 # wedgewatch gets them with ALTER TABLE ... ADD COLUMN (existing rows read NULL there); fresh
@@ -48,6 +50,8 @@ ADDED_COLUMNS: dict[int, list[tuple[str, str, str]]] = {
     # The tables runners, runner_beats, runner_ends, runner_lives, evaluation_starts and the index
     # attempts_claim, come from CREATE ... IF NOT EXISTS.
     6: [("attempts", "runner_id", "TEXT"), ("evaluations", "eval_no", "INTEGER")],
+    # Fresh ledgers get these from here too: the CREATE TABLE statements are version 6's.
+    7: OWNER_COLUMNS,
 }
 
 TABLES = """
@@ -261,6 +265,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS attempts_claim ON attempts(run_id, instance_id
 """
 
 TABLES += RUNNER_TABLES
+TABLES += OWNER_TABLES
+
 
 # The views spell no word of the vocabulary themselves: each is put in from base/vocab.py, whose
 # sets are the retry rule the runner follows too.

@@ -7,12 +7,14 @@ behind a lock: SQLite serialises writers anyway, and one connection keeps WAL ch
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from wedgewatch.base.errors import BadInput, LedgerConflict
 from wedgewatch.ledger.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, VIEWS
@@ -22,26 +24,69 @@ log = logging.getLogger(__name__)
 
 
 class SqliteLedger(Ledger):
-    """Open (creating if needed) a ledger file. ``":memory:"`` works for unit tests."""
+    """Open (creating if needed) a ledger file. ``":memory:"`` works for unit tests.
 
-    def __init__(self, path: str | Path) -> None:
+    ``read_only``: a reader's open (``report``, ``lives``, ``ledger check``, ...). The file must be
+    a wedgewatch ledger already (anything else, an empty file included, is refused and left as it
+    was), and one of the current schema is read through a read-only connection, so a reader never
+    writes, whoever else is writing. An older ledger is first brought up to date, additively."""
+
+    def __init__(self, path: str | Path, read_only: bool = False) -> None:
         self.path = str(path)
         self._lock = threading.Lock()
+        current = self._probe() if read_only and self.path != ":memory:" else None
         try:
-            if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-            self._conn.execute("PRAGMA journal_mode=WAL")  # the first touch of the file
-        except (OSError, sqlite3.OperationalError) as exc:
-            # A path that cannot be written (a read-only or missing directory): the user's input.
+            if current == SCHEMA_VERSION:
+                uri = f"file:{quote(str(Path(self.path).resolve()))}?mode=ro"
+                self._conn = sqlite3.connect(
+                    uri, uri=True, check_same_thread=False, isolation_level=None, timeout=30
+                )
+            else:
+                if self.path != ":memory:":
+                    Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(
+                    self.path, check_same_thread=False, isolation_level=None, timeout=30
+                )
+                self._conn.execute("PRAGMA journal_mode=WAL")  # the first touch of the file
+        except (OSError, sqlite3.DatabaseError) as exc:
+            # A path that cannot be written (a read-only or missing directory), or a file that is
+            # no SQLite database: the user's input.
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise BadInput(f"{self.path}: cannot open the ledger: {reason}") from None
         self._conn.row_factory = sqlite3.Row
         # NORMAL in WAL mode is durable against a process crash (SIGKILL), which is what resume needs.
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA foreign_keys=OFF")
-        self._migrate()
+        if current != SCHEMA_VERSION:
+            self._migrate()
         self._columns: dict[str, list[str]] = {}
+
+    def _probe(self) -> int:
+        """The schema version of an existing wedgewatch ledger, read without writing a byte;
+        BadInput for a missing file, one that is not SQLite, or SQLite without a ledger's tables."""
+        if not Path(self.path).is_file():
+            raise BadInput(f"{self.path}: no such ledger file")
+        uri = f"file:{quote(str(Path(self.path).resolve()))}?mode=ro"
+        try:
+            with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
+                names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not {"meta", "schema_migrations", "runs"} <= names:
+                    what = "an empty file" if not names else "a SQLite file without a ledger's tables"
+                    raise BadInput(
+                        f"{self.path}: not a wedgewatch ledger ({what}); nothing was written to it"
+                    )
+                row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise BadInput(
+                f"{self.path}: not a wedgewatch ledger ({exc}); nothing was written to it"
+            ) from None
+        version = int(row[0]) if row is not None and row[0] is not None else 1
+        if version > SCHEMA_VERSION:
+            raise BadInput(
+                f"{self.path}: ledger schema {version} is newer than this wedgewatch's "
+                f"({SCHEMA_VERSION}); upgrade wedgewatch to read it"
+            )
+        return version
 
     def _migrate(self) -> None:
         """Create what is missing and bring an older file up to SCHEMA_VERSION, additively:

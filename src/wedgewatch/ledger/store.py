@@ -69,12 +69,14 @@ class Ledger:
     # one writer process (resume refuses a second one).
     shared: bool = False
 
-    def __new__(cls, target: str | Path) -> Ledger:
+    def __new__(cls, target: str | Path, read_only: bool = False) -> Ledger:
         if cls is Ledger:
             cls = _backend(str(target))
         return super().__new__(cls)
 
-    def __init__(self, target: str | Path) -> None:
+    def __init__(self, target: str | Path, read_only: bool = False) -> None:
+        """``read_only``: a reader's open. The target must be a wedgewatch ledger already
+        (anything else is refused, BadInput, and left untouched), and nothing is written to it."""
         raise NotImplementedError  # every backend has its own
 
     # --- what each backend implements ---------------------------------------------------------

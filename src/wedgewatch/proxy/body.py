@@ -1,4 +1,5 @@
-"""The client's request body as the proxy sends it upstream: always streamed, always with usage.
+"""The client's request body: read within its deadline, and sent upstream always streamed, always
+with usage.
 
 Streaming upstream is what lets the watchdog see progress token by token whatever the client asked
 for; ``include_usage`` gives every row its token counts. What the client itself asked for (a stream
@@ -7,9 +8,14 @@ or one answer, usage or not) is kept, so its answer has the shape it expects.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from aiohttp import web
+
+from wedgewatch.base.clock import Clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +68,29 @@ def rewrite(raw: bytes, usage_option: bool = True) -> Asked | Refused:
         client_stream=client_stream,
         want_usage=client_stream and opts.get("include_usage") is True and usage_option,
     )
+
+
+async def read_within(request: web.Request, clock: Clock, seconds: float) -> bytes | None:
+    """The client's whole body, or None when it did not come within ``seconds`` (the clock's timer
+    cancels the read, so a test drives it on a manual clock). A cancellation from elsewhere (the
+    client left) propagates."""
+    reading = asyncio.ensure_future(request.read())
+    late: list[bool] = []
+
+    def give_up() -> None:
+        late.append(True)
+        reading.cancel()
+
+    timer = clock.call_later(seconds, give_up)
+    try:
+        return await reading
+    except asyncio.CancelledError:
+        if late:
+            return None
+        reading.cancel()
+        raise
+    finally:
+        timer.cancel()
 
 
 def runs_detached(raw: bytes) -> bool:

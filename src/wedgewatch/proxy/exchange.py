@@ -37,7 +37,7 @@ from wedgewatch.base.vocab import (
     upstream_http,
 )
 from wedgewatch.proxy.arrival import Arrival
-from wedgewatch.proxy.body import Refused, rewrite
+from wedgewatch.proxy.body import Refused, read_within, rewrite
 from wedgewatch.proxy.deadlines import Stall, Watch
 from wedgewatch.proxy.dialects import make_relay
 from wedgewatch.proxy.dialects.assemble import Kind
@@ -88,7 +88,7 @@ class Exchange:
         self._resp: aiohttp.ClientResponse | None = None
         self._timer: Timer | None = None
         self._ended = False
-        # Waiting on the upstream (its headers or its next bytes), not on the client: what the
+        self._start_written = False  # its request_starts row is on disk        # Waiting on the upstream (its headers or its next bytes), not on the client: what the
         # supervisor counts as work held on the life (``Proxy.held_on``). A client slow to read
         # holds the proxy in a write, and a server that has finished is not wedged by it.
         self.waiting = False
@@ -157,29 +157,8 @@ class Exchange:
             if self._resp is not None:
                 self._resp.release()
 
-    async def _read_body(self) -> bytes | None:
-        """The client's whole body, or None when it did not come within ``body_timeout`` (the
-        clock's timer cancels the read, so a test can drive it on a manual clock)."""
-        reading = asyncio.ensure_future(self.request.read())
-        late: list[bool] = []
-
-        def give_up() -> None:
-            late.append(True)
-            reading.cancel()
-
-        timer = self.ctx.clock.call_later(self.ctx.cfg.body_timeout, give_up)
-        try:
-            return await reading
-        except asyncio.CancelledError:
-            if late:
-                return None
-            reading.cancel()
-            raise
-        finally:
-            timer.cancel()
-
     async def _run(self) -> web.StreamResponse:
-        raw = await self._read_body()
+        raw = await read_within(self.request, self.ctx.clock, self.ctx.cfg.body_timeout)
         if raw is None:
             msg = f"the client did not send its whole body within {self.ctx.cfg.body_timeout:g} s"
             await self._end(CLIENT_SLOW_BODY, 408, {"error": msg})
@@ -201,6 +180,10 @@ class Exchange:
             self.arrival.hash_body(asked.body)
         if self.arrival.unavailable is not None:
             return await self._fail(CONNECTION, 502, "upstream_error", self.arrival.unavailable)
+        # Its start row before it goes upstream: a proxy killed from here on leaves a start
+        # without an end, which the next process to open the ledger ends ``interrupted``.
+        await self.ctx.sink.write(self._start_row(), "request_starts")
+        self._start_written = True
         # The deadlines start now, as the upstream gets the request: time the client took to send
         # its body, or the proxy waited for a ready server, is not the server's to answer for.
         self.watch.start = self.ctx.clock()
@@ -221,6 +204,18 @@ class Exchange:
             where = f"after {self.watch.tokens} tokens" if self.watch.tokens else "before any token"
             msg = f"upstream connection failed {where}: {type(exc).__name__}: {exc}"
             return await self._fail(CONNECTION, 502, "upstream_error", msg)
+
+    def _start_row(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "attempt_id": self.attempt_id,
+            "life_id": self.life.life_id if self.life is not None else None,
+            "path": self.path,
+            "model": self.model,
+            "client_stream": int(self.client_stream),
+            "started_at": self.started_at,
+            **self.ctx.me.columns(),
+        }
 
     async def _open(self, payload: bytes) -> aiohttp.ClientResponse:
         # content-encoding: aiohttp decodes a compressed request body on read, so what goes on is plain.
@@ -485,4 +480,8 @@ class Exchange:
         if event is not None:
             self.ctx.bus.publish(event)
         end.log()
+        if not self._start_written:
+            # Ended before it went upstream (a refused body, no server, the client gone): its start
+            # goes with its end, so every end in the ledger has its start.
+            self.ctx.sink.submit(self._start_row(), "request_starts")
         return self.ctx.sink.submit(end.row())

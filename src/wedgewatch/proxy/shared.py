@@ -9,6 +9,7 @@ import aiohttp
 
 from wedgewatch.base.clock import Clock
 from wedgewatch.base.events import EventBus
+from wedgewatch.base.processes import Identity
 from wedgewatch.base.protocols import Upstream
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.proxy.metrics import ProxyMetrics
@@ -30,6 +31,8 @@ class Shared:
     # Tokens relayed per server life by requests that have ended (``Proxy.held_on`` adds those in
     # flight): movement the supervisor counts even when the server's own counters lag.
     relayed: dict[str, int] = field(default_factory=dict)
+    # This process, as its rows name it (a request's start row: who holds the request).
+    me: Identity = field(default_factory=Identity.me)
     engine: bool = False  # deadlines count engine time (a heartbeat reaches us; proxy/deadlines.py)
     # Request ids: 64 random bits from a generator of our own, seeded from the OS once (not one
     # urandom call per request), and immune to anyone seeding the global ``random``.

@@ -27,6 +27,7 @@ from wedgewatch.runner.execution import (
     resume_run,
 )
 from wedgewatch.runner.state import RunContext
+from wedgewatch.stack import preflight, recovery
 from wedgewatch.suites.load import load_suite
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,9 @@ async def _execute_with_display(
     on_context: Callable[[RunContext], None] | None,
     join: bool = False,
 ) -> Execution:
+    # Before anything starts: what a killed process (this run's, or a serve's or wrap's on the same
+    # ledger) left open is closed, and its servers are stopped.
+    recovery.recover(ledger)
     holder: list[RunContext] = []
 
     def keep(ctx: RunContext) -> None:
@@ -81,6 +85,7 @@ def start(
         profiles.check(member, source)  # before any row: a bad field here is exit 2, not a failed run
         profiles.check_requested_model(member, cfg.agent.model)
     executors.check(cfg)
+    preflight.check(cfg, workdir=True)  # one line now, not every attempt failing alike
     suite = load_suite(cfg.suite)
     if make_sandbox is None:
         check_repositories(cfg, suite)
@@ -120,6 +125,7 @@ def resume(
         with_secrets(stored, given, f"--resume {run_id}")  # refused before any row is written
         cfg, found = resume_run(ledger, run_id, attempts)
         cfg = with_secrets(cfg, given, f"--resume {run_id}")  # the ledger keeps none of them
+        preflight.check(cfg, str(ledger_path), "--ledger", workdir=True)
         return _run(
             _execute_with_display(ledger, run_id, cfg, found, show_progress, make_sandbox, on_context)
         )

@@ -325,7 +325,9 @@ async def execute(
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     if task is not None:
+        # SIGHUP (a closed terminal, a dropped SSH session) stops a run as SIGTERM does.
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        loop.add_signal_handler(signal.SIGHUP, task.cancel)
     result = Execution(run_id, FINISHED, ctx=ctx)
     # This run's own list of command process groups: agent threads inherit it (contextvars), and
     # closing it on an early stop kills them all and starts no more.
@@ -367,6 +369,7 @@ async def execute(
             raise
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
+            loop.remove_signal_handler(signal.SIGHUP)
             # Agent threads are abandoned when a run stops early; the commands they started are
             # not: closing the run's list kills them (a finished run has none left).
             run_groups.close()

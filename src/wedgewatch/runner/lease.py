@@ -17,7 +17,6 @@ another stops (``RunnerLost``): the others have taken its work over.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import secrets
@@ -26,44 +25,20 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from wedgewatch import __version__
 from wedgewatch.base.errors import LedgerConflict
 from wedgewatch.base.events import Event, ServerStarting
+from wedgewatch.base.processes import pid_space, start_time
 from wedgewatch.base.vocab import INTERRUPTED, LOST, RUNNER_LOST
 from wedgewatch.config import RunConfig
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger, Row
 from wedgewatch.runner import orphans
+from wedgewatch.stack import recovery
 
 log = logging.getLogger(__name__)
-
-
-def pid_space() -> str:
-    """Where a pid names one process: this boot of the kernel and this pid namespace. Another
-    host, or another container on this one, has another."""
-    boot = ""
-    with contextlib.suppress(OSError):
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    try:
-        ns = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        ns = 0
-    return f"{boot or socket.gethostname()}:{ns}"
-
-
-def start_time(pid: int) -> str | None:
-    """The process's start (clock ticks after boot, /proc/<pid>/stat field 22), None when there
-    is no such process, or only its zombie: with the pid, it names one process even after the
-    pid is reused."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def append_once(ledger: Ledger, table: str, row: Mapping[str, Any]) -> bool:
@@ -158,6 +133,8 @@ def reap(ledger: Ledger, run_id: str, by: str | None) -> list[str]:
     ):
         if life["owner"] in dead:
             orphans.end_life(ledger, life, here=dead[life["owner"]].here)
+    # Their proxies' requests in flight (and whatever else a dead process of this host left open).
+    recovery.recover(ledger)
     end_dead(ledger, list(dead.values()), by)
     if ended:
         log.warning("%s: ended %d attempt(s) of dead runner(s): %s", run_id, len(ended), ended)

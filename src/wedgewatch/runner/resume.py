@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from wedgewatch.base.errors import BadInput
+from wedgewatch.base.processes import pid_space
 from wedgewatch.base.vocab import FOUND_ON_RESUME, INTERRUPTED, ORPHANED, RUN_STARTS
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
@@ -52,7 +53,7 @@ def _elsewhere(ledger: Ledger, run_id: str) -> set[str]:
     """Server lives of the run whose pid would name another process here. A run all of whose
     runners ran here (or from before schema 6) has none. Otherwise a life counts as here only when
     an attempt of a runner from here ran on it: a pid is never killed on a guess."""
-    here = lease.pid_space()
+    here = pid_space()
     spaces = {r[0] for r in ledger.query("SELECT pid_space FROM runners WHERE run_id = ?", (run_id,))}
     if spaces <= {here}:
         return set()

@@ -84,6 +84,20 @@ class Reaper:
                 pass
 
 
+_SHARED: list[Reaper] = []
+_SHARED_LOCK = threading.Lock()
+
+
+def shared() -> Reaper:
+    """This process's own watcher, for the groups it starts that must not outlive it: the
+    servers a supervisor launches, the harness ``wrap`` runs. If the process dies without
+    stopping them (a SIGKILL, an OOM kill), the watcher kills them at once. Made on first use."""
+    with _SHARED_LOCK:
+        if not _SHARED:
+            _SHARED.append(Reaper())
+        return _SHARED[0]
+
+
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if os.fork() > 0:

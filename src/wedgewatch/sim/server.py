@@ -195,6 +195,7 @@ async def _serve(opts: SimOptions, scenario: Scenario, on_listening: Callable[[s
     # Signal handlers go in before the socket listens: a supervisor may signal right after the line.
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, stop.set)  # a closed terminal stops it, as SIGTERM does
     if scenario.startup.ignore_sigterm:
         loop.add_signal_handler(signal.SIGTERM, lambda: log.warning("sim: SIGTERM ignored (scenario)"))
     else:

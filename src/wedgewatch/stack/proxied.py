@@ -11,6 +11,7 @@ from wedgewatch.config import WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.proxy.engine_time import Scraper
+from wedgewatch.stack.recovery import recover
 from wedgewatch.wire.heartbeat import Feed
 
 
@@ -32,6 +33,8 @@ class ProxiedServer:
         upstream_key: str | None = None,
     ) -> None:
         self.ledger = Ledger(ledger_path) if ledger_path is not None else None
+        if self.ledger is not None:
+            recover(self.ledger)  # what a killed proxy (or serve, run, wrap) left open
         self.scraper = Scraper(metrics_url, Feed(heartbeat_window), scrape_interval) if metrics_url else None
         self.proxy = Proxy(
             upstream,

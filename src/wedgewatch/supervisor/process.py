@@ -23,6 +23,7 @@ from pathlib import Path
 from wedgewatch.base.errors import ServerStartError
 from wedgewatch.base.files import PRIVATE_FILE, private_dir
 from wedgewatch.base.redact import Scrubber
+from wedgewatch.sandbox import reaper
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +237,8 @@ class LocalServer:
     def start(self) -> None:
         env = {**os.environ, **self._env} if self._env else None
         self._proc, self._pump = spawn_logged(self.argv, self.log_path, self._scrubber, env)
+        # Killed at once by this process's watcher if this process dies without stopping it.
+        reaper.shared().listed(self._proc.pid)
 
     def poll(self) -> int | None:
         return self._proc.poll() if self._proc else None
@@ -261,6 +264,7 @@ class LocalServer:
         code = proc.wait()
         if not _wait_group_gone(pgid, 5.0):
             log.error("process group %d still has members after SIGKILL", pgid)
+        reaper.shared().released(pgid)
         if self._pump is not None:
             self._pump.join(PUMP_JOIN)  # its last lines are in the log before the life's end row
         return code

@@ -33,6 +33,7 @@ from wedgewatch.base.events import (
     SupervisorEvent,
     Wedged,
 )
+from wedgewatch.base.processes import Identity
 from wedgewatch.base.vocab import EVENT_KINDS
 from wedgewatch.ledger import Ledger
 from wedgewatch.wire.heartbeat import Reading
@@ -86,7 +87,13 @@ def _row(ev: SupervisorEvent, run_id: str | None) -> tuple[str, dict[str, Any]]:
     """``(table, row)`` for one event; ``("", {})`` for an event that is no row."""
     match ev:
         case ServerStarting():
+            # Who runs the server, and who must end it: the next process to open the ledger
+            # stops the server of a life whose owner was killed, once it has checked by start
+            # time that the pid still names that server (stack/recovery.py).
+            server = Identity.of(ev.pid).columns() if ev.pid is not None else {}
             return "server_lives", {
+                **server,
+                **Identity.me().columns("owner_"),
                 "life_id": ev.life_id,
                 "run_id": run_id,
                 "profile": ev.profile,

@@ -20,9 +20,12 @@ from dataclasses import dataclass, field
 
 from wedgewatch import __version__
 from wedgewatch.base import redact
-from wedgewatch.base.vocab import EXITED, INTERRUPTED
+from wedgewatch.base.errors import ServerError
+from wedgewatch.base.processes import Identity
+from wedgewatch.base.vocab import EXITED, INTERRUPTED, START_FAILED
 from wedgewatch.config import Config
 from wedgewatch.ledger import Ledger
+from wedgewatch.sandbox import reaper
 from wedgewatch.stack import session
 from wedgewatch.stack.servers import Stack
 from wedgewatch.wrap import command
@@ -60,6 +63,7 @@ def _record_start(ledger: Ledger, cfg: Config, opts: WrapOptions, argv: list[str
             "config_json": cfg.snapshot(),
             "config_hash": cfg.hash(),
             "tool_version": __version__,
+            **Identity.me().columns(),  # who must end it: a killed wrap's run is ended by the next process
         },
     )
 
@@ -85,20 +89,35 @@ async def wrap(cfg: Config, ledger: Ledger, opts: WrapOptions) -> int:
     reason = INTERRUPTED
     async with session.stopping() as stop:
         try:
-            url = await stop.first(stack.start(opts.host, opts.port))  # a failed start raises here
+            # The proxy's URL is known before any server starts: the harness run's row comes
+            # first, so every life of the run names a run that has its row, even when wrap is
+            # killed during the first warm-up (without a watchdog, the server's URL comes later).
+            early = await stack.start_proxy(opts.host, opts.port)
+            if early:
+                base_url = (f"{early}/a/{opts.tag}" if opts.tag else early) + "/v1"
+                argv = command.substitute(opts.argv, base_url, opts.rerun)
+                _record_start(ledger, cfg, opts, argv, base_url)
+                started_row = True
+            try:
+                url = await stop.first(stack.start(opts.host, opts.port))
+            except ServerError:
+                reason = START_FAILED  # the harness never ran: its row says why
+                raise
             if url is None:
                 return INTERRUPTED_EXIT
             base_url = (f"{url}/a/{opts.tag}" if opts.tag else url) + "/v1"
             argv = command.substitute(opts.argv, base_url, opts.rerun)
             env = command.environment(url, os.environ, opts.env_prefixes, opts.tag)
-            _record_start(ledger, cfg, opts, argv, base_url)
-            started_row = True
+            if not started_row:
+                _record_start(ledger, cfg, opts, argv, base_url)
+                started_row = True
             # stderr, so a harness's own stdout (its results, if it prints them) stays its own.
             print(f"wedgewatch wrap: harness run {opts.harness_run_id}, base URL {base_url}", file=sys.stderr)
             try:
                 # Its own session: a terminal's Ctrl-C reaches wrap alone, which passes it on, and
                 # the whole group can be ended at once.
                 proc = await asyncio.create_subprocess_exec(*argv, env=env, start_new_session=True)
+                reaper.shared().listed(proc.pid)  # its group dies with wrap, even by SIGKILL
             except OSError as exc:
                 code, reason = 127, f"not started: {exc.strerror or exc}"
                 return code
@@ -112,6 +131,8 @@ async def wrap(cfg: Config, ledger: Ledger, opts: WrapOptions) -> int:
         finally:
             if proc is not None and proc.returncode is None:
                 await asyncio.shield(command.end_group(proc, opts.grace))
+            if proc is not None:
+                reaper.shared().released(proc.pid)
             await stack.stop()
             if started_row:
                 _record_end(ledger, opts, code, reason)

@@ -30,7 +30,7 @@ def audit(
     files = read_results(results)
     if not ledger_path.exists():
         raise BadInput(f"--ledger: {ledger_path} does not exist")
-    ledger = Ledger(ledger_path)
+    ledger = Ledger(ledger_path, read_only=True)
     try:
         runs = harness_runs(ledger)
         if not runs:

@@ -71,7 +71,7 @@ class PgLedger(Ledger):
 
     shared = True
 
-    def __init__(self, target: str | Path) -> None:
+    def __init__(self, target: str | Path, read_only: bool = False) -> None:
         sa = _import_sqlalchemy()
         self.url = str(target)
         self.path = describe(self.url)
@@ -84,6 +84,8 @@ class PgLedger(Ledger):
         sa.event.listen(self._engine, "connect", _session_settings)
         self._columns: dict[str, list[str]] = {}
         try:
+            if read_only:
+                self._refuse_foreign()
             self._migrate()
         except sa.exc.OperationalError as exc:
             self._engine.dispose()
@@ -92,6 +94,14 @@ class PgLedger(Ledger):
         except BaseException:
             self._engine.dispose()
             raise
+
+    def _refuse_foreign(self) -> None:
+        """A reader's open of a database that holds no wedgewatch ledger writes nothing into it."""
+        with self._engine.connect() as conn:
+            found = conn.exec_driver_sql("SELECT to_regclass('schema_migrations')").scalar()
+        if found is None:
+            self._engine.dispose()
+            raise BadInput(f"ledger {self.path}: not a wedgewatch ledger; nothing was written to it")
 
     def _migrate(self) -> None:
         sa = _import_sqlalchemy()

@@ -2,4 +2,4 @@
 
 # The newest revision in versions/: a database already there is opened without importing Alembic
 # (tests/test_ledger_pg.py checks this is the scripts' head).
-HEAD = "0006"
+HEAD = "0007"
