@@ -40,6 +40,8 @@ def demo(out: Path, *args: str, timeout: float = 280) -> dict[str, Any]:
         timeout=timeout,
     )
     assert r.returncode == 0, r.stderr[-3000:]
+    # The demo checks its ledger's invariants at its end, in one line on stderr.
+    assert "ledger check: ok" in r.stderr, r.stderr[-3000:]
     doc: dict[str, Any] = json.loads(r.stdout)
     return doc
 

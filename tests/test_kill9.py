@@ -233,6 +233,7 @@ def test_wrap_killed_then_started_again(tmp_path: Path, moment: str) -> None:
         )
     again = _cli("wrap", str(cfg), "--", "true")
     assert again.returncode == 0, again.stderr
+    assert "ledger check: ok" in again.stderr  # wrap checks the ledger at its end
     _after(ledger)
     runs = _q(
         ledger,
@@ -294,6 +295,7 @@ def test_run_killed_then_resumed_gives_the_outcomes_of_a_run_never_killed(
     resumed = _cli("run", "--resume", "k", "--ledger", str(ledger), "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["state"] == "finished"
+    assert "ledger check: ok" in resumed.stderr  # run checks the ledger at its end
     _after(ledger)
     with Ledger(ledger, read_only=True) as lg:
         assert outcomes(lg, "k") == SEED2, moment

@@ -67,6 +67,15 @@ def open_ledger(path: str | Path | None, write: bool = False) -> Ledger:
     return Ledger(p, read_only=not write)
 
 
+def check_line(ledger_path: str) -> None:
+    """The ledger's invariants, checked at the end of a command that wrote it: one line on stderr
+    (stdout may be JSON a program reads). A broken one is named by ``wedgewatch ledger check``."""
+    from wedgewatch.ledger import Ledger, checks
+
+    with Ledger(ledger_path, read_only=True) as ledger:
+        typer.echo(checks.check(ledger).line(), err=True)
+
+
 def serve_forever(main: Coroutine[Any, Any, T]) -> T:
     """Run a long-lived server (the proxy, ``serve``) on uvloop where it is installed, as vLLM's
     API server does: at 64 streams the proxy's added inter-token p99 went from a median of 2.1 ms

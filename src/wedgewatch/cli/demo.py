@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from wedgewatch.cli._app import app
+from wedgewatch.cli._app import app, check_line
 
 
 @app.command("demo")
@@ -78,6 +78,7 @@ def demo_cmd(
             f"{seeds} seed(s) from {seed}; arms {', '.join(opts.arms)}, one after the other."
         )
     doc = run_demo(opts)
+    check_line(str(out / "ledger.sqlite"))
     if json_out:
         typer.echo(json.dumps(doc, indent=2))
         return

@@ -11,7 +11,7 @@ import typer
 
 from wedgewatch.base import redact
 from wedgewatch.base.errors import BadInput, WedgewatchError
-from wedgewatch.cli._app import app
+from wedgewatch.cli._app import app, check_line
 from wedgewatch.config import Config, RunConfig, load_config
 
 
@@ -122,6 +122,7 @@ def run_cmd(
             )
         raise
     _print_summary(ledger_path, rid, json_out)
+    check_line(ledger_path)
 
 
 def _print_summary(ledger_path: str, run_id: str, as_json: bool) -> None:

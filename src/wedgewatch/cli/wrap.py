@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from wedgewatch.base.errors import BadInput
-from wedgewatch.cli._app import app, serve_forever
+from wedgewatch.cli._app import app, check_line, serve_forever
 
 
 @app.command("wrap")
@@ -76,5 +76,6 @@ def wrap(
         code = serve_forever(run_wrapped(cfg, store, opts))
     finally:
         store.close()
+    check_line(ledger or cfg.run.ledger)
     if code:
         raise typer.Exit(code)
