@@ -26,6 +26,7 @@ what each status means for the instance.
     ├── RunnerLost                   this runner was found dead by the run's others: it stops
     ├── CarriedError                 an attempt's exception, carried back from another process
     ├── FrameTooLarge                an SSE line or event past the parser's cap (the proxy: reply_too_large)
+    ├── BadMetrics                   a /metrics answer that is not Prometheus text (also a ValueError)
     ├── ServerError                  the supervisor could not bring a server up
     │   ├── ServerStartError         exited during start-up or never became ready
     │   ├── PortBusyError            the port is taken by someone else
@@ -202,6 +203,11 @@ class CarriedError(WedgewatchError):
 class FrameTooLarge(WedgewatchError):
     """An SSE line or event grew past the parser's cap before it ended (``wire/sse.py``): a broken
     server's endless line. The proxy translates it into the request outcome ``reply_too_large``."""
+
+
+class BadMetrics(WedgewatchError, ValueError):
+    """A /metrics answer that is not Prometheus text (``wire/promtext.py``); a ``ValueError`` too,
+    as the scrapers that skip an unparsable scrape catch."""
 
 
 class ServerError(WedgewatchError):

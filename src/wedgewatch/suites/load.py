@@ -17,6 +17,7 @@ from typing import Any
 
 from wedgewatch.base.errors import SuiteError
 from wedgewatch.config import SuiteConfig
+from wedgewatch.wire import jsontext
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def normalise(record: Any, where: str) -> dict[str, Any]:
         value = record.get(key, [])
         if isinstance(value, str):
             try:
-                value = json.loads(value) if value.strip() else []
+                value = jsontext.loads(value) if value.strip() else []
             except json.JSONDecodeError as exc:
                 raise SuiteError(f"{where}: {key} is a string but not a JSON list: {exc.msg}") from None
         if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
@@ -88,7 +89,7 @@ def _jsonl_records(path: Path, text: str) -> Iterator[tuple[str, Any]]:
             continue
         where = f"{path}:{lineno}"
         try:
-            yield where, json.loads(line)
+            yield where, jsontext.loads(line)
         except json.JSONDecodeError as exc:
             raise SuiteError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
 
@@ -122,7 +123,7 @@ def load_file(path: str | Path) -> list[dict[str, Any]]:
         raise SuiteError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if p.suffix == ".json" or (p.suffix != ".jsonl" and text.lstrip().startswith("[")):
         try:
-            data = json.loads(text)
+            data = jsontext.loads(text)
         except json.JSONDecodeError as exc:
             raise SuiteError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         if not isinstance(data, list):

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from wedgewatch.base.errors import BadMetrics
+
 
 @dataclass(frozen=True, slots=True)
 class Sample:
@@ -53,9 +55,13 @@ class Samples:
 
 
 def parse(text: str) -> Samples:
-    """Parse Prometheus text exposition format. Raises ``ValueError`` on malformed text."""
+    """Parse Prometheus text exposition format. Raises ``BadMetrics`` (a ``ValueError``) on
+    malformed text, and nothing else, whatever a server sends."""
     out: list[Sample] = []
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.append(Sample(s.name, dict(s.labels), float(s.value)))
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                out.append(Sample(s.name, dict(s.labels), float(s.value)))
+    except Exception as exc:  # prometheus_client's parser raises more than ValueError on odd text
+        raise BadMetrics(f"not Prometheus text: {type(exc).__name__}: {exc}"[:300]) from None
     return Samples(out)

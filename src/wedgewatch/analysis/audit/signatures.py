@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.base.errors import BadInput
-from wedgewatch.wire import fingerprint
+from wedgewatch.wire import fingerprint, jsontext
 
 
 def suite_statements(path: Path) -> dict[str, str]:
@@ -30,11 +30,11 @@ def suite_statements(path: Path) -> dict[str, str]:
         except (OSError, UnicodeDecodeError) as exc:
             raise BadInput(f"--suite: cannot read {f}: {getattr(exc, 'strerror', None) or exc}") from None
         try:
-            data: Any = json.loads(text)
+            data: Any = jsontext.loads(text)
             rows = data if isinstance(data, list) else [data]
         except json.JSONDecodeError:
             try:
-                rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+                rows = [jsontext.loads(line) for line in text.splitlines() if line.strip()]
             except json.JSONDecodeError as exc:
                 raise BadInput(f"--suite: {f}: neither JSON nor JSONL ({exc.msg})") from None
         for n, row in enumerate(rows, 1):

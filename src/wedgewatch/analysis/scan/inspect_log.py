@@ -16,6 +16,7 @@ from typing import Any
 from wedgewatch.analysis.scan.records import Facts, FileData, Sample
 from wedgewatch.base.errors import BadInput
 from wedgewatch.base.vocab import RESOLVED, UNRESOLVED
+from wedgewatch.wire import jsontext
 
 CORRECT = ("C", 1, 1.0, True)
 
@@ -34,7 +35,10 @@ def _open_member(z: zipfile.ZipFile, name: str, path: Path) -> Any:
                 "zipfile-zstd) to read it, or write the log with --log-format json"
             ) from None
         data = z.read(name)
-    return json.loads(data)
+    try:
+        return jsontext.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{path}: {name} in this .eval log is not JSON ({exc})") from None
 
 
 def read_eval(path: Path) -> FileData:

@@ -30,6 +30,7 @@ from wedgewatch.base.vocab import (
     RETRIED,
     UNRESOLVED,
 )
+from wedgewatch.wire import jsontext
 
 __all__ = ["Facts", "FileData", "Sample", "expand", "read"]
 
@@ -118,9 +119,13 @@ def read(path: Path) -> FileData:
         raise BadInput(f"{path}: empty file")
     if path.suffix.lower() in (".csv", ".tsv"):
         dialect = "excel-tab" if path.suffix.lower() == ".tsv" else "excel"
-        return _rows(name, list(csv.DictReader(text.splitlines(), dialect=dialect)), "csv")
+        try:
+            table = list(csv.DictReader(text.splitlines(), dialect=dialect))
+        except csv.Error as exc:  # a field past csv's limit, a NUL byte
+            raise BadInput(f"{path}: not readable as {path.suffix[1:].upper()}: {exc}") from None
+        return _rows(name, table, "csv")
     try:
-        data: Any = json.loads(text)
+        data: Any = jsontext.loads(text)
     except json.JSONDecodeError:
         data = _jsonl(path, text)
         return _rows(name, data, "jsonl")
@@ -137,7 +142,7 @@ def _jsonl(path: Path, text: str) -> list[Any]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append(jsontext.loads(line))
         except json.JSONDecodeError as exc:
             raise BadInput(f"{path}:{n}: neither JSON nor JSONL ({exc.msg})") from None
     return rows
@@ -237,12 +242,15 @@ def _number(v: Any) -> float | None:
     if isinstance(v, bool):
         return None
     if isinstance(v, int | float):
-        return float(v)
+        try:
+            return jsontext.finite(float(v))  # NaN or infinite: no number (it printed as "nan-nan s")
+        except OverflowError:  # an int past a float's range
+            return None
     if isinstance(v, str):
         s = v.strip().lower().removesuffix("seconds").removesuffix("sec").removesuffix("s").strip()
         try:
-            return float(s)
-        except ValueError:
+            return jsontext.finite(float(s))
+        except (ValueError, OverflowError):
             return None
     return None
 
