@@ -83,7 +83,8 @@ def test_an_output_path_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path
     proc = _cli("run", str(cfg))
     assert proc.returncode == 2, proc.stderr
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith(f"wedgewatch: error: {blocker}/l.sqlite: cannot open the ledger: ")
+    # Said before anything starts (stack/preflight.py), naming the field.
+    assert line.startswith(f"wedgewatch: error: run.ledger: {blocker}/l.sqlite: "), line
     ledger = tmp_path / "l.sqlite"
     with Ledger(ledger) as lg:
         make_run(lg, "r1", ["i1"])

@@ -341,3 +341,33 @@ def test_run_report_export_resume(site: Site, pg_url: str) -> None:
     snapshot = json.loads(json.loads(dumps[secret_url])["runs"][0]["config_json"])
     assert snapshot["server"]["env"] == {"HF_TOKEN": "***", "SOME_SETTING": "***"}, "stored, masked"
     assert snapshot["server"]["args"][:3] == ["--api-key", "***", "--hf-token=***"]
+
+
+def test_the_log_pump_scrubs_every_line_and_loses_none(tmp_path: Path) -> None:
+    """A secret written in pieces (split across the pipe's reads), undecodable bytes, a last line
+    without its end and 20,000 lines at full speed: every line arrives, in order, scrubbed."""
+    from wedgewatch.base.redact import Scrubber
+    from wedgewatch.supervisor.logpump import spawn_logged
+
+    secret = SERVER_KEY
+    script = (
+        "import sys, time\n"
+        "out = sys.stdout.buffer\n"
+        f"s = {secret!r}.encode()\n"
+        "out.write(b'key: ' + s[:5]); out.flush(); time.sleep(0.2)\n"
+        "out.write(s[5:] + b' end\\n\\xff\\xfe not utf-8\\n'); out.flush()\n"
+        "for n in range(20000):\n"
+        "    out.write(b'line %d %s\\n' % (n, s))\n"
+        "out.write(b'last without newline ' + s); out.flush()\n"
+    )
+    log = tmp_path / "logs" / "life.log"
+    proc, pump = spawn_logged([sys.executable, "-c", script], log, Scrubber([secret]))
+    assert proc.wait(timeout=60) == 0
+    pump.join(timeout=60)
+    data = log.read_bytes()
+    assert secret.encode() not in data
+    lines = data.split(b"\n")
+    assert lines[0] == b"key: *** end" and lines[1] == b"\xff\xfe not utf-8"
+    assert [ln for ln in lines[2:-1]] == [b"line %d ***" % n for n in range(20000)]
+    assert lines[-1] == b"last without newline ***"
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and stat.S_IMODE(log.parent.stat().st_mode) == 0o700

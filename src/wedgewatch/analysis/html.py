@@ -17,6 +17,7 @@ from wedgewatch.analysis import plots
 from wedgewatch.analysis.rundata import RunData, load_run
 from wedgewatch.analysis.survival import Survival, ci_text, survival
 from wedgewatch.analysis.text import rate_text
+from wedgewatch.base.files import write_private
 from wedgewatch.base.vocab import IN_FLIGHT, INFRA_FAILED, MODEL_OUTCOMES, PENDING, RUNNING
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
@@ -189,6 +190,5 @@ def write_html(
 ) -> Path:
     """Render the page and write it to ``path`` (parent directories created)."""
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_html(ledger, run_ids, labels, title), encoding="utf-8")
+    write_private(out, render_html(ledger, run_ids, labels, title))  # the user's only
     return out

@@ -75,11 +75,13 @@ def create_private(path: str | Path) -> None:
     os.close(fd)
 
 
-def check_writable(path: str | Path, field: str) -> None:
-    """BadInput naming ``field`` unless ``path`` is a directory this process can create files in,
-    or can be created (its nearest existing ancestor is one). Tried, not inferred from modes: root
-    passes every mode check and still cannot write a read-only mount."""
+def check_writable(path: str | Path, field: str, shown: str | None = None) -> None:
+    """BadInput naming ``field`` (and ``shown``, the file wanted there, else ``path``) unless
+    ``path`` is a directory this process can create files in, or can be created (its nearest
+    existing ancestor is one). Tried, not inferred from modes: root passes every mode check and
+    still cannot write a read-only mount."""
     p = Path(path).expanduser()
+    path = shown or path
     for d in (p, *p.absolute().parents):
         if not d.exists():
             continue

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from wedgewatch.base.errors import BadInput
+from wedgewatch.base.files import write_private
 from wedgewatch.base.vocab import INFRA_FAILED
 from wedgewatch.cli._app import app
 
@@ -59,7 +60,7 @@ def audit_cmd(
     if rerun_out is not None:
         lines = rerun_lines(result[INFRA_FAILED], rerun_format or result["rerun_format"])
         try:
-            rerun_out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            write_private(rerun_out, "".join(line + "\n" for line in lines))
         except OSError as exc:
             raise BadInput(f"--rerun-out: {rerun_out}: {exc.strerror or exc}") from None
     typer.echo(json.dumps(result, indent=2) if json_out else render_text(result))

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from wedgewatch.base.errors import BadInput
+from wedgewatch.base.files import write_private
 from wedgewatch.cli._app import LedgerOption, app, open_ledger
 
 
@@ -41,8 +42,7 @@ def export_cmd(
         typer.echo(text, nl=False)
         return
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        write_private(out, text)  # the user's only, as every file wedgewatch writes
     except OSError as exc:
         raise BadInput(f"--out: {out}: {exc.strerror or exc}") from None
     lines = text.count("\n") - (1 if fmt == "csv" else 0)

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from wedgewatch.base.errors import BadInput, LedgerConflict
+from wedgewatch.base.files import create_private
 from wedgewatch.ledger.schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES, VIEWS
 from wedgewatch.ledger.store import Ledger, Row, check_columns, check_read_only, encode, insert_sql
 
@@ -43,7 +44,7 @@ class SqliteLedger(Ledger):
                 )
             else:
                 if self.path != ":memory:":
-                    Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                    create_private(self.path)  # 0600, and its -wal and -shm copy the mode; dirs 0700
                 self._conn = sqlite3.connect(
                     self.path, check_same_thread=False, isolation_level=None, timeout=30
                 )

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.base.files import create_private
 from wedgewatch.ledger import Ledger
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class RecordSink:
         self._pending: list[tuple[str, dict[str, Any], asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
         if self._path is not None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
+            create_private(self._path)  # the user's only (base/files.py), its directories too
 
     @property
     def enabled(self) -> bool:

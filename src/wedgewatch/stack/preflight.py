@@ -27,4 +27,4 @@ def check(
         check_writable(member.log_dir, f"{where}.log_dir")
     target = ledger or cfg.run.ledger
     if backend_of(target) == "sqlite" and target != ":memory:":  # a database is not on this disk
-        check_writable(Path(target).parent, ledger_field)
+        check_writable(Path(target).parent, ledger_field, shown=target)
