@@ -143,6 +143,7 @@ class FaultRig:
             server_config(fault, workdir, self.fault_log), WatchdogConfig(), ledger=self.ledger
         )
         self.events: list[Event] = []
+        self.trials = 0
         self.stack.bus.subscribe(self.events.append)
 
     async def __aenter__(self) -> FaultRig:
@@ -173,7 +174,9 @@ class FaultRig:
                 probe: dict[str, Any] = {}
             else:
                 prober = asyncio.ensure_future(self._probe(session, server))
-                text = self.fault.prompt + " x" * self.fault.fill
+                # A word of its own per trial: no prefix-cache hit shortens a later trial's prefill.
+                self.trials += 1
+                text = f"{self.fault.prompt} trial{self.trials}" + " x" * self.fault.fill
                 answer = await ask(session, self.stack.url, text)
                 probe = await prober
             trial = Trial(
