@@ -239,6 +239,14 @@ def check(site: Site, *ledgers: str) -> dict[str, bytes]:
     dumps = {t: dump(t) for t in ledgers}
     for target, data in dumps.items():
         assert found(data) == [], target
+    if os.environ.get("WEDGEWATCH_FIGURES"):  # the counts docs/reliability.md quotes (pytest -s)
+        made = list(site.work.rglob("*"))
+        rows = sum(len(r) for d in dumps.values() for r in json.loads(d).values())
+        lines = sum(len(data.splitlines()) for _, data in site.outputs)
+        print(
+            f"\nFIGURES files={sum(p.is_file() for p in made)} dirs={sum(p.is_dir() for p in made)} "
+            f"rows={rows} tables={sum(len(json.loads(d)) for d in dumps.values())} lines={lines}"
+        )
     return dumps
 
 
