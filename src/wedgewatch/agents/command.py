@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.base import errors
+from wedgewatch.base.files import write_private
 from wedgewatch.base.protocols import AgentResult, AgentTask
 from wedgewatch.base.vocab import EARLY_STOP, SUBMITTED
 from wedgewatch.config import AgentConfig
@@ -189,8 +190,7 @@ class CommandAgent:
         if path is None:
             return
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(record, indent=2))
-            path.with_suffix(".log").write_text(output)
+            write_private(path, json.dumps(record, indent=2))  # the user's only, its directories too
+            write_private(path.with_suffix(".log"), output)
         except OSError:
             log.exception("could not save the command agent's trajectory to %s", path)

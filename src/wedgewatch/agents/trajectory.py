@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.base.errors import status_of
+from wedgewatch.base.files import write_private
 from wedgewatch.base.protocols import AgentResult, CommandResult
 from wedgewatch.base.vocab import RUNNING
 
@@ -110,7 +111,6 @@ class Trajectory:
         """Write atomically (a reader never sees half a file)."""
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1), encoding="utf-8")
+        write_private(tmp, json.dumps(self.to_json(), indent=1))  # the user's only, its directories too
         os.replace(tmp, path)

@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 
 from wedgewatch.base import redact
+from wedgewatch.base.files import private_dir, write_private
 from wedgewatch.supervisor.process import log_tail
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ async def _pyspy(program: str, pid: int, out: Path) -> dict[str, Any]:
         proc.kill()
         await proc.wait()
         return {"pid": pid, "ok": False, "error": f"py-spy took over {PYSPY_TIMEOUT:g}s"}
-    out.write_bytes(text)
+    write_private(out, text)
     return {"pid": pid, "ok": proc.returncode == 0, "file": out.name, "state": _state(pid)}
 
 
@@ -104,7 +105,7 @@ async def _metrics(
             body = await resp.read()
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         return {"ok": False, "error": f"/metrics did not answer: {type(exc).__name__}"}
-    out.write_bytes(body)
+    write_private(out, body)
     return {"ok": resp.status == 200, "status": resp.status, "file": out.name}
 
 
@@ -119,9 +120,9 @@ async def capture(
     """Write the evidence into ``directory``; return what was kept, for the ``wedge`` event.
     Never raises: a capture that fails says why, and the restart goes on."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)  # the user's only, as every file wedgewatch writes
         tail = redact.text(log_tail(log_path, LOG_LINES)) if log_path else ""
-        (directory / "log-tail.txt").write_text(tail)
+        write_private(directory / "log-tail.txt", tail)
         program = pyspy_program()
         pids = group_pids(pgid) if pgid else []
         jobs = [_metrics(session, base_url, headers, directory / "metrics.txt")]
