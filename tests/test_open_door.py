@@ -54,12 +54,18 @@ def _local(url: str) -> str:
     return url.replace("0.0.0.0", "127.0.0.1")
 
 
-def _config(tmp_path: Path) -> Path:
+def _config(tmp_path: Path, key_in: str = "args") -> Path:
+    """A sim server wanting UPSTREAM, given as vLLM takes it: ``--api-key`` or ``VLLM_API_KEY``."""
+    key = (
+        f'args = ["--api-key", "{UPSTREAM}"]'
+        if key_in == "args"
+        else f'env = {{ VLLM_API_KEY = "{UPSTREAM}" }}'
+    )
     cfg = tmp_path / "serve.toml"
     cfg.write_text(
         f"""
 [server]
-args = ["--api-key", "{UPSTREAM}"]
+{key}
 log_dir = "{tmp_path / "logs"}"
 time_scale = 20
 
@@ -187,11 +193,13 @@ def test_proxy_takes_its_key_off_when_it_knows_no_upstream_key(
         sim.stop()
 
 
+@pytest.mark.parametrize("key_in", ["args", "env"])
 def test_serve_with_a_key_guards_its_routes_and_presents_the_servers_own_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key_in: str
 ) -> None:
     monkeypatch.setenv("WEDGEWATCH_API_KEY", KEY)
-    served = _start(tmp_path, "serve", "serve", str(_config(tmp_path)), "--host", "0.0.0.0", "--port", "0")
+    cfg = _config(tmp_path, key_in)
+    served = _start(tmp_path, "serve", "serve", str(cfg), "--host", "0.0.0.0", "--port", "0")
     try:
         assert served.url.startswith("http://0.0.0.0:"), served.url
         url = _local(served.url)
@@ -199,7 +207,7 @@ def test_serve_with_a_key_guards_its_routes_and_presents_the_servers_own_key(
             assert _get(url + path) == 401, path
             assert _get(url + path, KEY) == 200, path
         assert _get(f"{url}/health") == 200
-        reply = _chat(url, KEY)  # the supervised sim wants UPSTREAM, from [server] args
+        reply = _chat(url, KEY)  # the supervised sim wants UPSTREAM, from [server] args or env
         assert reply.status_code == 200, reply.text
         # The restart route checks its own token, not the proxy's key: without one it refuses all.
         assert httpx.post(f"{url}/wedgewatch/restart", timeout=30).status_code == 403

@@ -25,7 +25,7 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor import Supervisor
 from wedgewatch.supervisor.admin import routes as admin_routes
-from wedgewatch.supervisor.life import api_key as life_api_key
+from wedgewatch.supervisor.life import server_key
 from wedgewatch.supervisor.pool import Pool
 
 RESTART_PATH = "/wedgewatch/restart"
@@ -56,7 +56,7 @@ class Stack:
         routes = admin_routes(self.pool, restart_token) if admin else []
         # ``api_key``: the proxy's incoming key (wire/access.py); what goes upstream in its place is
         # the servers' own --api-key, when they share one. /wedgewatch/restart checks its own token.
-        keys = {life_api_key(m.args) for m in members}
+        keys = {server_key(m) for m in members}
         self.proxy = Proxy(
             self.pool,
             watchdog,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from wedgewatch.base.protocols import LifeInfo, ProxyView, ServerProcess, no_proxy
+from wedgewatch.config import ServerConfig
 from wedgewatch.supervisor import probes
 from wedgewatch.supervisor.detector import WedgeDetector, reduce
 from wedgewatch.supervisor.profiles import Series
@@ -32,6 +34,20 @@ def api_key(argv: list[str]) -> str | None:
         if arg.startswith("--api-key="):
             return arg.split("=", 1)[1].split(",")[0]
     return None
+
+
+KEY_ENV = "VLLM_API_KEY"
+"""Where vLLM (and the simulator, as vLLM does) also reads its key when no --api-key is given."""
+
+
+def server_key(cfg: ServerConfig) -> str | None:
+    """The key a server we start wants, as it will read it: its ``--api-key``, else (vllm and sim)
+    ``VLLM_API_KEY`` from its ``env`` or from ours, which it inherits. Our probes present it, and
+    the proxy sends it upstream in place of its own incoming key (wire/access.py)."""
+    key = api_key(cfg.args)
+    if key is None and cfg.profile in ("vllm", "sim"):
+        key = cfg.env.get(KEY_ENV) or os.environ.get(KEY_ENV) or None
+    return key
 
 
 def new_life_id() -> str:

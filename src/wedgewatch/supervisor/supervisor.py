@@ -44,7 +44,7 @@ from wedgewatch.supervisor import profiles
 from wedgewatch.supervisor.drain import drain
 from wedgewatch.supervisor.evidence import capture as capture_evidence
 from wedgewatch.supervisor.evidence import evidence_dir
-from wedgewatch.supervisor.life import Life, api_key
+from wedgewatch.supervisor.life import Life, server_key
 from wedgewatch.supervisor.policy import RestartPolicy
 from wedgewatch.supervisor.process import UNKNOWN_EXIT, HookServer, log_tail
 from wedgewatch.supervisor.recorder import Recorder
@@ -89,7 +89,7 @@ class Supervisor:
         self._bg = Background()
         self._endings: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        key = api_key(cfg.args)
+        key = server_key(cfg)
         self._headers = {"Authorization": f"Bearer {key}"} if key else None
         self.starter = Starter(cfg, self.profile, self.bus, clock, self._headers)
         self.feed = Feed(self.starter.window, self.starter.heartbeat)
