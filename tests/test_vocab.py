@@ -32,6 +32,7 @@ _SIM = "the simulator is a server: a scenario action it plays, named after what 
 # (file under src/wedgewatch, word): (how many literals, why the word means something else there)
 HOMONYMS: dict[tuple[str, str], tuple[int, str]] = {
     ("analysis/html.py", "started"): (1, "the page's field: when the run started"),
+    ("analysis/plan/ablation.py", "recovered"): (5, "whether an ablation found the ground truth again"),
     ("analysis/scan/readers.py", "resolved"): (2, "the field of SWE-bench's per-instance report"),
     ("analysis/survival.py", "ok"): (2, _OK),
     ("bench/detection.py", "client_error"): (4, _CLIENT_ERROR),

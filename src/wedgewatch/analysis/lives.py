@@ -129,7 +129,10 @@ def sentence(sv: Survival, iv: dict[str, Any]) -> str:
     if n <= 0:
         return head + " Lives wedge before finishing any work: recycling cannot bring the risk that low."
     if setting is None:
-        return head + " No setting recycles by requests; use --by instances or --by tokens for one."
+        return (
+            head
+            + " No setting recycles by requests; use --by tokens (or, for a run, --by instances) for one."
+        )
     tail = f" Put in [server]: {setting} = {n}"
     if lo is not None and lo < n:
         tail += f" ({setting} = {int(lo)} is the cautious end of the interval)"

@@ -158,7 +158,7 @@ def life_ages(
     lives: list[LifeAge] = []
     not_ready: Counter[str] = Counter()
     for rid in run_ids:
-        queries.resolve_run(ledger, rid)
+        queries.resolve_any(ledger, rid)  # a run, or a wrapped run: its lives carry its id alike
         first_wedge: dict[str, dict[str, Any]] = {}
         canary_ok: dict[str, bool] = {}  # the last canary that ran, per life
         for ev in ledger.query(

@@ -11,6 +11,7 @@ tests/test_vocab.py fails on a word spelled anywhere else in src/.
                       api_error | harness_error | interrupted         ours or the server's (retried)
     instance outcome  resolved | unresolved | empty_patch | early_stop  the model's
                       infra_failed | pending                          never counted against the model
+                      recovered                                       a wrapped harness's: failed, sent again, ok
     run mark          started | resumed | joined                      an execution begins
                       finished | interrupted | aborted                it ends (and the run's state:
                                                                       created, running before/between)
@@ -130,6 +131,12 @@ PENDING = "pending"
 OUTCOMES = (RESOLVED, UNRESOLVED, EMPTY_PATCH, EARLY_STOP, INFRA_FAILED, PENDING)
 MODEL_OUTCOMES = (RESOLVED, UNRESOLVED, EMPTY_PATCH, EARLY_STOP)
 """Outcomes that are the model's: a score is taken over these, with the rest beside it."""
+RECOVERED = "recovered"
+"""A wrapped harness's instance (``audit``, and ``report``/``export`` of a wrapped run by its tags)
+whose every request that failed on the infrastructure the harness sent again, the same request
+(the same content fingerprints), and that later one ended ``ok``: the server cost it time, not its
+outcome. Not ``infra_failed``, never on a rerun list; shown beside ``infra_failed``. Not one of
+``OUTCOMES``: the runner's instances retry in a fresh sandbox instead (``instances_retried``)."""
 
 # --- run marks (``run_marks.kind``) and run states (the last mark, as `report` shows it) ----------
 

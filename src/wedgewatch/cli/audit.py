@@ -52,8 +52,11 @@ def audit_cmd(
 ) -> None:
     """Per instance: the harness's verdict, the requests that served it (by tag, header or content
     fingerprint), whether any stalled, failed upstream or met a restart, and its outcome
-    (infra_failed when the server broke it). Then the published score and the honest one, each
-    with a 95% interval, and infra_failed beside."""
+    (infra_failed when the server broke it, recovered when the harness sent the failed request
+    again and it succeeded). Then the published score and the honest one, each
+    with a 95% interval, and infra_failed and recovered beside. Exit 1 when failed requests could
+    not be attributed to one instance (the honest score is then not known): the line names the
+    flag that would attribute them."""
     from wedgewatch.analysis.audit import audit, render_text, rerun_lines
 
     result = audit(results, ledger, suite, harness_run)
@@ -64,3 +67,8 @@ def audit_cmd(
         except OSError as exc:
             raise BadInput(f"--rerun-out: {rerun_out}: {exc.strerror or exc}") from None
     typer.echo(json.dumps(result, indent=2) if json_out else render_text(result))
+    unknown = result["attribution"]["message"]
+    if unknown:
+        # Printed in full above; the exit code keeps a script from taking the score as honest.
+        typer.echo(f"wedgewatch audit: {unknown}", err=True)
+        raise typer.Exit(1)

@@ -15,7 +15,10 @@ from wedgewatch.cli._app import LedgerOption, app, open_ledger
 @app.command("export")
 def export_cmd(
     run_id: Annotated[
-        str | None, typer.Argument(help="Run id (default: the latest run in the ledger).")
+        str | None,
+        typer.Argument(
+            help="Run id, or the id `wrap` printed (default: the latest run or wrapped run in the ledger)."
+        ),
     ] = None,
     fmt: Annotated[
         str,
@@ -29,15 +32,23 @@ def export_cmd(
     ledger: LedgerOption = None,
 ) -> None:
     """Export a run. Predictions leave out instances without a model outcome (infra_failed,
-    pending): they are never written as empty patches."""
+    pending): they are never written as empty patches. A wrapped run exports results or csv: one
+    row per tag its harness gave its requests (its patches are the harness's own)."""
     from wedgewatch.analysis.export import FORMATS, render
     from wedgewatch.ledger import queries
 
     if fmt not in FORMATS:
         raise BadInput(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
     with open_ledger(ledger) as lg:
-        rid = queries.resolve_run(lg, run_id)["run_id"]
-        text = render(lg, rid, fmt)
+        wrapped, row = queries.resolve_any(lg, run_id)
+        if wrapped:
+            from wedgewatch.analysis import wrapped_export
+
+            rid = row["harness_run_id"]
+            text = wrapped_export.render(lg, rid, fmt)
+        else:
+            rid = row["run_id"]
+            text = render(lg, rid, fmt)
     if out is None:
         typer.echo(text, nl=False)
         return

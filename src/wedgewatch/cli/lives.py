@@ -17,12 +17,20 @@ from wedgewatch.cli._app import LedgerOption, app, open_ledger
 @app.command("lives")
 def lives_cmd(
     run_ids: Annotated[
-        list[str] | None, typer.Argument(help="Runs whose lives are pooled (default: the latest run).")
+        list[str] | None,
+        typer.Argument(
+            help="Runs, or ids `wrap` printed, whose lives are pooled (default: the latest of either)."
+        ),
     ] = None,
     ledger: LedgerOption = None,
     by: Annotated[
-        str, typer.Option("--by", help="Age of a life in instances (finished), requests or tokens.")
-    ] = "instances",
+        str | None,
+        typer.Option(
+            "--by",
+            help="Age of a life in instances (finished), requests or tokens (default: instances; "
+            "requests for a wrapped run, which has no attempts).",
+        ),
+    ] = None,
     risk: Annotated[
         float, typer.Option("--risk", help="The share of lives allowed to wedge before their recycle.")
     ] = 0.05,
@@ -37,13 +45,23 @@ def lives_cmd(
     from wedgewatch.analysis import lives
     from wedgewatch.ledger import queries
 
-    if by not in lives.AXES:
+    if by is not None and by not in lives.AXES:
         raise BadInput(f"--by: {by!r} is not one of {', '.join(lives.AXES)}")
     if not 0.0 < risk < 1.0:
         raise BadInput(f"--risk: {risk} must be between 0 and 1 (for example 0.05)")
     with open_ledger(ledger) as lg:
         wanted: list[str | None] = list(run_ids) if run_ids else [None]
-        runs = [str(queries.resolve_run(lg, r)["run_id"]) for r in wanted]
+        found = [queries.resolve_any(lg, r) for r in wanted]
+        runs = [str(row["harness_run_id"] if w else row["run_id"]) for w, row in found]
+        wrapped = [rid for (w, _), rid in zip(found, runs, strict=True) if w]
+        if by is None:
+            by = "requests" if wrapped else "instances"
+        elif by == "instances" and wrapped:
+            # A wrapped harness's instances end in its own files; no life counts them.
+            raise BadInput(
+                f"--by instances: {wrapped[0]} is a wrapped run, which has no attempts to count a "
+                "life's finished instances by: use --by requests or --by tokens"
+            )
         sv = lives.survival_by(lg, runs, by)
     iv = lives.interval(sv, risk)
     if plot is not None:

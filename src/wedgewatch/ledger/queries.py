@@ -15,11 +15,73 @@ def resolve_run(ledger: Ledger, run_id: str | None) -> Row:
             raise BadInput(f"{ledger.path}: the ledger holds no run")
         return rows[0]
     rows = ledger.query("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+    if not rows and harness_run(ledger, run_id) is not None:
+        raise BadInput(
+            f"{ledger.path}: {run_id!r} is a wrapped run (wedgewatch wrap), not a run of wedgewatch "
+            "run: report, lives, export and audit read it"
+        )
     if not rows:
         known = [r[0] for r in ledger.query("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 5")]
         hint = f" (latest: {', '.join(known)})" if known else " (the ledger holds no run)"
         raise BadInput(f"{ledger.path}: no run {run_id!r}{hint}")
     return rows[0]
+
+
+def harness_run(ledger: Ledger, harness_run_id: str) -> Row | None:
+    """The harness run ``wedgewatch wrap`` recorded under this id, with its end (``ended_at``,
+    ``exit_code``, ``end_reason``: None while it runs, or when its wrap died unseen), or None."""
+    rows = ledger.query(
+        "SELECT h.*, e.ended_at, e.exit_code, e.end_reason FROM harness_runs h "
+        "LEFT JOIN harness_run_ends e ON e.harness_run_id = h.harness_run_id WHERE h.harness_run_id = ?",
+        (harness_run_id,),
+    )
+    return rows[0] if rows else None
+
+
+def resolve_any(ledger: Ledger, run_id: str | None) -> tuple[bool, Row]:
+    """``(wrapped, row)``: the run of ``wedgewatch run`` (``wrapped`` False, its ``runs`` row) or the
+    harness run of ``wedgewatch wrap`` (True, ``harness_run``'s row) with this id; the latest of
+    either when None. BadInput naming the latest of both when there is none."""
+    if run_id is None:
+        latest = ledger.query(
+            "SELECT 0 AS wrapped, run_id AS id, started_at FROM runs UNION ALL "
+            "SELECT 1, harness_run_id, started_at FROM harness_runs ORDER BY started_at DESC, id DESC LIMIT 1"
+        )
+        if not latest:
+            raise BadInput(f"{ledger.path}: the ledger holds no run and no wrapped run")
+        run_id = str(latest[0]["id"])
+    wrapped = harness_run(ledger, run_id)
+    if wrapped is not None:
+        return True, wrapped
+    rows = ledger.query("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+    if rows:
+        return False, rows[0]
+    known = [
+        r[0]
+        for r in ledger.query(
+            "SELECT run_id AS id, started_at FROM runs UNION ALL "
+            "SELECT harness_run_id, started_at FROM harness_runs ORDER BY started_at DESC LIMIT 5"
+        )
+    ]
+    hint = f" (latest: {', '.join(known)})" if known else " (the ledger holds no run and no wrapped run)"
+    raise BadInput(f"{ledger.path}: no run {run_id!r}{hint}")
+
+
+def harness_requests(ledger: Ledger, harness_run_id: str) -> list[Row]:
+    """The request rows of a harness run, oldest first, each with ``life_end`` (its life's end
+    reason): those on the run's server lives, and those that reached no life (``life_id`` NULL)
+    while the run was going. The tag a request carried is its ``attempt_id``."""
+    run = harness_run(ledger, harness_run_id)
+    if run is None:
+        return []
+    end = run["ended_at"] if run["ended_at"] is not None else 1e18
+    return ledger.query(
+        "SELECT r.*, l.end_reason AS life_end FROM requests r "
+        "LEFT JOIN server_life_view l ON l.life_id = r.life_id "
+        "WHERE l.run_id = ? OR (r.life_id IS NULL AND r.started_at BETWEEN ? AND ?) "
+        "ORDER BY r.started_at, r.request_id",
+        (harness_run_id, run["started_at"], end),
+    )
 
 
 def run_exists(ledger: Ledger, run_id: str) -> bool:

@@ -28,7 +28,7 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.sandbox import reaper
 from wedgewatch.stack import session
 from wedgewatch.stack.servers import Stack
-from wedgewatch.wrap import command
+from wedgewatch.wrap import command, lines
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ def _record_end(ledger: Ledger, opts: WrapOptions, code: int | None, reason: str
 async def wrap(cfg: Config, ledger: Ledger, opts: WrapOptions) -> int:
     """Run the harness under the stack; return its exit code (130 when interrupted first)."""
     stack = Stack(cfg.members(), cfg.watchdog, ledger=ledger, run_id=opts.harness_run_id)
+    stack.bus.subscribe(lines.LifeLines().on_event)  # a line when a new life is ready after a restart
     proc: asyncio.subprocess.Process | None = None
     started_row = False
     code: int | None = None
@@ -136,3 +137,6 @@ async def wrap(cfg: Config, ledger: Ledger, opts: WrapOptions) -> int:
             await stack.stop()
             if started_row:
                 _record_end(ledger, opts, code, reason)
+                last = lines.end_line(ledger, opts.harness_run_id)  # the proxy's rows are all in now
+                if last is not None:
+                    print(last, file=sys.stderr, flush=True)

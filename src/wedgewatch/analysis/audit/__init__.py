@@ -18,7 +18,7 @@ from wedgewatch.analysis.audit.results import read_results
 from wedgewatch.analysis.audit.signatures import Signatures, suite_statements
 from wedgewatch.analysis.stats import rate
 from wedgewatch.base.errors import BadInput
-from wedgewatch.base.vocab import INFRA_FAILED, RESOLVED, SUBMITTED, UNRESOLVED
+from wedgewatch.base.vocab import INFRA_FAILED, RECOVERED, RESOLVED, SUBMITTED, UNRESOLVED
 from wedgewatch.ledger import Ledger
 
 RERUN_FORMATS = ("miniswe", "swebench", "inspect", "ids")
@@ -53,7 +53,32 @@ def audit(
             per_run.append((run, per, counts))
     finally:
         ledger.close()
-    return _summarise(per_run, sorted(statements) if statements else sorted(known), files)
+    result = _summarise(per_run, sorted(statements) if statements else sorted(known), files)
+    result["attribution"] = _attribution(result["runs"], suite is not None)
+    return result
+
+
+def _attribution(runs: list[dict[str, Any]], with_suite: bool) -> dict[str, Any]:
+    """The failed requests no instance could be given (the harness's own successful retries
+    aside), and what would attribute them: without them the honest score is not known."""
+    unattributed = sum(len(r["infra_unattributed"]) for r in runs)
+    ambiguous = sum(len(r["infra_ambiguous"]) for r in runs)
+    n = unattributed + ambiguous
+    out: dict[str, Any] = {"failed_unattributed": unattributed, "failed_ambiguous": ambiguous}
+    if not n:
+        return {**out, "flag": None, "message": None}
+    # Without --suite only trajectories' messages are signatures; with it, only a tag is left.
+    flag = "--suite" if not with_suite else "--tag"
+    how = (
+        "pass --suite FILE (the suite's problem statements) to attribute them by content"
+        if not with_suite
+        else "tag each instance's requests (wrap --tag, or the x-wedgewatch-tag header) to attribute them"
+    )
+    message = (
+        f"{n} failed request{'s' if n != 1 else ''} could not be attributed to one instance "
+        f"({unattributed} unattributed, {ambiguous} ambiguous), so the honest score is not known: {how}"
+    )
+    return {**out, "flag": flag, "message": message}
 
 
 def _final(
@@ -79,6 +104,7 @@ def _final(
         "upstream_errors": ir.upstream_errors,
         "restarts": ir.restarts,
         "ambiguous": ir.ambiguous,
+        RECOVERED: ir.recovered,
         "runs": [
             {
                 "harness_run": r["harness_run_id"],
@@ -98,7 +124,8 @@ def _summarise(per_run: list[Any], ids: list[str], files: list[Any]) -> dict[str
     n = len(instances)
     k = sum(1 for i in instances if i["verdict"] == success)
     infra = [i["instance_id"] for i in instances if i["outcome"] == INFRA_FAILED]
-    k_honest = sum(1 for i in instances if i["outcome"] == success)
+    # A recovered instance keeps the harness's verdict: the agent went on with the retried answer.
+    k_honest = sum(1 for i in instances if i["verdict"] == success and i["outcome"] != INFRA_FAILED)
     kinds = sorted({f.kind for f in files})
     return {
         "success": success,
@@ -106,6 +133,7 @@ def _summarise(per_run: list[Any], ids: list[str], files: list[Any]) -> dict[str
         "published": rate(k, n),
         "honest": rate(k_honest, n - len(infra)),
         INFRA_FAILED: infra,
+        RECOVERED: [i["instance_id"] for i in instances if i["outcome"] == RECOVERED],
         "runs": [
             {"harness_run": run["harness_run_id"], "exit_code": run["exit_code"], **counts}
             for run, _, counts in per_run
@@ -161,15 +189,24 @@ def render_text(result: dict[str, Any]) -> str:
     lines.append("")
     for run in result["runs"]:
         by = ", ".join(f"{k} {v}" for k, v in sorted(run["by"].items()))
-        lines.append(f"run {run['harness_run']} (exit {run['exit_code']}): {run['requests']} requests: {by}")
+        lines.append(
+            f"run {run['harness_run']} (exit {run['exit_code']}): {run['requests']} requests: {by}; "
+            f"failed and sent again with success: {run[RECOVERED]}"
+        )
         for key, what in (("infra_unattributed", "unattributed"), ("infra_ambiguous", "ambiguous")):
             for e in run[key]:
                 cands = f" between {', '.join(e['candidates'])}" if e["candidates"] else ""
                 lines.append(f"  {e['outcome']} request {e['request_id']}: {what}{cands}")
     lines.append("")
     lines.append(f"published score ({result['success']}): {_pct(result['published'])}")
-    lines.append(
-        f"honest score ({result['success']}): {_pct(result['honest'])}, "
-        f"{INFRA_FAILED} {len(result[INFRA_FAILED])} beside it"
-    )
+    beside = f"{INFRA_FAILED} {len(result[INFRA_FAILED])}, {RECOVERED} {len(result[RECOVERED])} beside it"
+    att = result.get("attribution") or {}
+    lost = att.get("failed_unattributed", 0) + att.get("failed_ambiguous", 0)
+    if lost:
+        lines.append(
+            f"honest score ({result['success']}): not known: {lost} failed requests attributed to no "
+            f"one instance ({_pct(result['honest'])} only if none was an instance's), {beside}"
+        )
+    else:
+        lines.append(f"honest score ({result['success']}): {_pct(result['honest'])}, {beside}")
     return "\n".join(lines)

@@ -4,7 +4,9 @@ instance what they say (stalls, upstream errors, restarts) beside the harness's 
 A result file belongs to the latest harness run that started before the file was last written
 (``--harness-run`` overrides). Within a run, an instance's outcome is ``infra_failed`` when a
 request attributed to it ended in an infrastructure outcome (a stall, ``connection``,
-``upstream_http_5xx``) and the harness did not resolve it anyway; otherwise the harness's verdict.
+``upstream_http_5xx``) and the harness did not resolve it anyway; ``recovered`` when every such
+request was sent again by the harness, the same request, and that one ended ``ok``
+(analysis/retries.py); otherwise the harness's verdict.
 Across runs, each instance takes its last verdict that was not infrastructure, counting only runs
 in which it sent a request (a results file rewritten by a later run still lists earlier
 instances).
@@ -19,9 +21,18 @@ from typing import Any
 from wedgewatch.analysis.audit.attribute import AMBIGUOUS, NONE, attribute
 from wedgewatch.analysis.audit.results import HarnessFile, verdict
 from wedgewatch.analysis.audit.signatures import Signatures
+from wedgewatch.analysis.retries import recovered
 from wedgewatch.base.errors import BadInput
-from wedgewatch.base.vocab import DETACHED, INFRA_FAILED, RESOLVED, STALL_KINDS, STOP, is_infra_outcome
-from wedgewatch.ledger import Ledger
+from wedgewatch.base.vocab import (
+    DETACHED,
+    INFRA_FAILED,
+    RECOVERED,
+    RESOLVED,
+    STALL_KINDS,
+    STOP,
+    is_infra_outcome,
+)
+from wedgewatch.ledger import Ledger, queries
 
 
 @dataclass
@@ -33,14 +44,18 @@ class InstanceRun:
     upstream_errors: int = 0
     restarts: int = 0
     ambiguous: int = 0  # stalled requests that name this instance among other candidates
+    recovered: int = 0  # of its stalls and upstream errors, those the harness sent again with success
 
     @property
     def infra(self) -> bool:
-        return bool(self.stalls or self.upstream_errors) and self.verdict != RESOLVED
+        unrecovered = self.stalls + self.upstream_errors - self.recovered
+        return unrecovered > 0 and self.verdict != RESOLVED
 
     @property
     def outcome(self) -> str:
-        return INFRA_FAILED if self.infra else self.verdict
+        if self.infra:
+            return INFRA_FAILED
+        return RECOVERED if self.recovered else self.verdict
 
 
 def harness_runs(ledger: Ledger) -> list[dict[str, Any]]:
@@ -53,15 +68,7 @@ def harness_runs(ledger: Ledger) -> list[dict[str, Any]]:
 
 
 def run_requests(ledger: Ledger, run: dict[str, Any]) -> list[dict[str, Any]]:
-    end = run["ended_at"] if run["ended_at"] is not None else 1e18
-    rows = ledger.query(
-        "SELECT r.*, l.end_reason AS life_end FROM requests r "
-        "LEFT JOIN server_life_view l ON l.life_id = r.life_id "
-        "WHERE l.run_id = ? OR (r.life_id IS NULL AND r.started_at BETWEEN ? AND ?) "
-        "ORDER BY r.started_at",
-        (run["harness_run_id"], run["started_at"], end),
-    )
-    return [dict(r) for r in rows]
+    return [dict(r) for r in queries.harness_requests(ledger, run["harness_run_id"])]
 
 
 def assign_files(
@@ -97,12 +104,14 @@ def audit_run(
     per = {iid: InstanceRun(iid, verdict(fs)) for iid, fs in facts.items()}
     by: dict[str, int] = {NONE: 0}
     lost: dict[str, list[dict[str, Any]]] = {"infra_unattributed": [], "infra_ambiguous": []}
+    retried_ok = recovered(rows)
     for row in rows:
         att = attribute(row, known, sigs)
         by[att.how] = by.get(att.how, 0) + 1
         infra = is_infra_outcome(str(row["outcome"]))
         if att.instance_id is None:
-            if infra:
+            # A failure the harness sent again with success harmed no instance, whoever's it was.
+            if infra and row["request_id"] not in retried_ok:
                 entry = {
                     "request_id": row["request_id"],
                     "outcome": row["outcome"],
@@ -120,4 +129,5 @@ def audit_run(
             inst.upstream_errors += 1
         if infra and row.get("life_end") not in (None, STOP, DETACHED):
             inst.restarts += 1  # in flight on a life the supervisor then replaced
-    return per, {"requests": len(rows), "by": by, **lost}
+        inst.recovered += row["request_id"] in retried_ok
+    return per, {"requests": len(rows), "by": by, RECOVERED: len(retried_ok), **lost}
