@@ -119,7 +119,9 @@ async def stack_factory(tmp_path: Path) -> AsyncIterator[Any]:
             warmup=WarmupConfig(count=1, timeout=10.0),
             **server,
         )
-        stack = Stack(cfg, WatchdogConfig(**watchdog), ledger=ledger, run_id="run-d")
+        # on_wedge "fail": these tests time how a wedge releases its client; the resume that would
+        # take the request on to the next life is tests/test_resume.py's.
+        stack = Stack(cfg, WatchdogConfig(on_wedge="fail", **watchdog), ledger=ledger, run_id="run-d")
         made.append(stack)
         seen = Seen(stack)
         stack.bus.subscribe(seen.timeline.append)

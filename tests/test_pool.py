@@ -115,8 +115,8 @@ def test_a_wedge_on_one_member_restarts_only_it_and_the_outcomes_equal_one_serve
         wedges = lg.query("SELECT life_id FROM events WHERE kind = 'wedge'")
         attempts = lg.query("SELECT attempt_id, life_id FROM attempts WHERE run_id = 'pool'")
         requests = lg.query(
-            "SELECT q.attempt_id, q.life_id FROM requests q JOIN attempts a USING (attempt_id) "
-            "WHERE a.run_id = 'pool'"
+            "SELECT q.attempt_id, q.life_id, q.outcome FROM requests q JOIN attempts a USING (attempt_id) "
+            "WHERE a.run_id = 'pool' ORDER BY q.started_at"
         )
         ended = lg.query("SELECT status, reason, life_id FROM attempt_ends")
         assert checks.problems(lg) == []
@@ -138,16 +138,21 @@ def test_a_wedge_on_one_member_restarts_only_it_and_the_outcomes_equal_one_serve
     assert all(r["start_reason"] in ("run_start", "wedge") for r in by_member["s1"])
     assert wedges and {member_of[w["life_id"]] for w in wedges} == {"s1"}
 
-    # The attempts the wedge ended were s1's only, and they were requeued (their instances above
-    # all ended on the model's side).
-    restarted = [e for e in ended if e["reason"] == "server_restarted"]
-    assert restarted and {member_of[e["life_id"]] for e in restarted} == {"s1"}
+    # The wedge cost no attempt: the requests in flight on s1's wedged life were resumed on
+    # another life (on_wedge = "resume", the default), and no attempt ended for the restart.
+    assert not [e for e in ended if e["reason"] == "server_restarted"]
+    resumed = [q for q in requests if q["outcome"] == "resumed"]
+    assert resumed and {member_of[q["life_id"]] for q in resumed} == {"s1"}
 
-    # Work was spread over the members, and each attempt's requests stayed on its server's life.
+    # Work was spread over the members, and each attempt's requests stayed on one life, but for
+    # the resume that moved them off the wedged one.
     served = {member_of[a["life_id"]] for a in attempts}
     assert served == {"s0", "s1", "s2"}
     life_of = {a["attempt_id"]: a["life_id"] for a in attempts}
-    moved = [q for q in requests if q["life_id"] != life_of[q["attempt_id"]]]
+    moved_by = {q["attempt_id"] for q in resumed}
+    moved = [
+        q for q in requests if q["life_id"] != life_of[q["attempt_id"]] and q["attempt_id"] not in moved_by
+    ]
     assert moved == [], f"requests of an attempt left its server: {moved[:3]}"
 
 

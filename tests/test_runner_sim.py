@@ -151,8 +151,13 @@ def test_model_side_outcomes_are_final(tmp_path: Path) -> None:
     assert reasons[IDS[1]] == "step_limit"
 
 
-def test_a_server_restart_ends_attempts_in_flight_and_requeues_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("on_wedge", ["fail", "resume"])
+def test_a_server_restart_ends_attempts_in_flight_and_requeues_them(tmp_path: Path, on_wedge: str) -> None:
+    """With ``on_wedge = "fail"`` a restart ends the attempts in flight on it (api_error,
+    server_restarted) and requeues them; with ``"resume"`` (the default) their requests go on on
+    the next life and the attempts with them: the restart costs no attempt."""
     cfg = load_config(write_config(tmp_path, ids=IDS[:4], concurrency=3))
+    cfg = cfg.model_copy(update={"watchdog": cfg.watchdog.model_copy(update={"on_wedge": on_wedge})})
     seen: dict[str, Any] = {}
 
     def on_context(ctx: RunContext) -> None:
@@ -173,6 +178,13 @@ def test_a_server_restart_ends_attempts_in_flight_and_requeues_them(tmp_path: Pa
         s = summarise(lg, "restart")
         assert checks.problems(lg) == []  # the same checks as a wrapped run's ledger (test_wrap.py)
     assert len(seen["in_flight"]) >= 2
+    assert set(got.values()) == {"resolved"}
+    assert len(lives) == 2 and lives[0]["end_reason"] == "test" and lives[1]["start_reason"] == "test"
+    assert s["server"]["restarts"] == 1
+    if on_wedge == "resume":
+        for aid in seen["in_flight"]:
+            assert (ends[aid]["status"], ends[aid]["attempt_no"]) == ("submitted", 1)  # it went on
+        return
     for aid in seen["in_flight"]:
         assert (ends[aid]["status"], ends[aid]["reason"]) == ("api_error", "server_restarted")
         assert ends[aid]["life_id"] == seen["old_life"]
@@ -180,9 +192,6 @@ def test_a_server_restart_ends_attempts_in_flight_and_requeues_them(tmp_path: Pa
         later = [a for a in att[iid] if a["attempt_no"] > ends[aid]["attempt_no"]]
         assert later and later[-1]["status"] == "submitted"  # re-queued, in a fresh sandbox
         assert later[-1]["life_id"] != seen["old_life"]
-    assert set(got.values()) == {"resolved"}
-    assert len(lives) == 2 and lives[0]["end_reason"] == "test" and lives[1]["start_reason"] == "test"
-    assert s["server"]["restarts"] == 1
 
 
 def _kill_orphans(ledger_path: Path) -> None:

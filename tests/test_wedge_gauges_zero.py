@@ -35,10 +35,12 @@ async def _ask(session: aiohttp.ClientSession, url: str, text: str) -> tuple[int
 
 async def test_a_wedge_the_gauges_deny_is_found_by_the_supervisor_at_defaults(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    # Every setting at its default but where logs go: the scenario wedges on "WEDGE" with
+    # Every setting at its default but where logs go (and the resume, below): the scenario wedges on "WEDGE" with
     # running 0, waiting 0 and KV usage 0 on /metrics from then on.
     server = ServerConfig(profile="sim", scenario="wedge-gauges-zero", log_dir=str(tmp_path / "logs"))
-    stack = Stack(server, WatchdogConfig(), ledger=ledger)
+    # on_wedge "fail": the scenario wedges every life the request reaches, and the subject here
+    # is how soon the first wedge is found (a resume would only meet the second one).
+    stack = Stack(server, WatchdogConfig(on_wedge="fail"), ledger=ledger)
     async with stack, aiohttp.ClientSession() as session:
         first = stack.supervisor.life_id
         async with asyncio.timeout(60):  # far below total_timeout's 240 s

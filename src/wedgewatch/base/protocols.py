@@ -72,6 +72,27 @@ class Router(Protocol):
 
 
 @runtime_checkable
+class Resumable(Protocol):
+    """A ``Router`` whose servers' lives a supervisor replaces: what a request needs to be sent
+    again when the life serving it was replaced under it (the proxy's resume, docs/proxy.md)."""
+
+    async def replacing(self, life_id: str, within: float) -> bool:
+        """Whether the life is wedged, crashed or being replaced: the supervisor's verdict,
+        waited for up to ``within`` seconds (0: as things stand)."""
+        ...
+
+    async def after(self, life_id: str, within: float) -> None:
+        """Return once a ready life other than ``life_id`` serves; ``TimeoutError`` after
+        ``within`` seconds, or the supervisor's error when it gave up."""
+        ...
+
+    def continuation(self, member: Upstream) -> str | None:
+        """How ``member``'s server continues a reply the proxy has begun to relay (a profile's
+        ``continuation``: ``continue`` or ``prefill``), None when it cannot."""
+        ...
+
+
+@runtime_checkable
 class ServerProcess(Protocol):
     """One server life: a process (or an external URL) the supervisor starts, watches and stops."""
 

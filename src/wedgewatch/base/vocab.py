@@ -77,6 +77,11 @@ INTERRUPTED = "interrupted"
 end (``wedgewatch wrap``), and a request whose proxy was killed (its start without an end, found by
 the next process to open the ledger). One word for one thing, in four tables."""
 
+RESUMABLE = frozenset({*STALL_KINDS, CONNECTION, STREAM_UNFINISHED, STREAM_ERROR_EVENT})
+"""Request outcomes (besides ``upstream_http_<code>``) that a request escapes by a resume when
+the supervisor is replacing the life under it (``[watchdog] on_wedge``); its row for that life then
+says ``resumed`` (the run mark's word: it went on after a stop) and names the leg that continues it."""
+
 INFRA_OUTCOMES = frozenset({*STALL_KINDS, CONNECTION, *REPLY_FAULTS})
 """Request outcomes that are the infrastructure's fault, besides every ``upstream_http_<code>``."""
 # The others (ok, client_disconnect, client_error, client_slow_body, interrupted) say nothing

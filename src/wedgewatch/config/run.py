@@ -74,6 +74,20 @@ class WatchdogConfig(_Section):
     passthrough_timeout: float = Field(10.0, gt=0)
     """Deadline for the reads (GET, HEAD) the proxy passes through: /v1/models, /health, /metrics.
     Other requests it does not watch (/tokenize, /v1/embeddings, ...) get total_timeout."""
+    on_wedge: Literal["resume", "fail"] = "resume"
+    """What becomes of the requests in flight on a server life the supervisor replaces (a wedge,
+    a crash, the heartbeat's verdict). `resume`: each is held and sent again to the next ready
+    life, whole when the client has received nothing of it, else continued from the text already
+    relayed (docs/proxy.md, "Resume"); a request that cannot be continued exactly fails as with
+    `fail`, its row saying why. `fail`: each fails at once with a non-retryable error. A stall of
+    one request while its server serves others is that request's failure either way."""
+    max_resumes: int = Field(1, ge=0)
+    """Times one request is resumed. A request that meets a second wedge after a resume fails and
+    is named a suspect in its row: one that wedges every server it reaches is not retried for ever."""
+    verdict_wait: float = Field(5.0, ge=0)
+    """Seconds a request whose server broke under it (the connection cut, a stream ended without
+    its finish, an error event) waits for the supervisor's verdict that the life is being
+    replaced (a crash is seen within a scrape or two) before it fails as the server's error."""
     restart_wait: float = Field(900.0, ge=0)
     """Seconds a request that arrives while the supervisor replaces a server life (or before the
     first one is ready) waits for the next ready life before it fails with `connection`. Longer

@@ -28,12 +28,14 @@ from wedgewatch.base.vocab import (
     OK,
     PENDING,
     RESOLVED,
+    RESUMED,
     UNRESOLVED,
 )
 from wedgewatch.ledger.store import Ledger
 from wedgewatch.sim.swe_policy import behaviour
 
-ANSWERED = (OK, CLIENT_ERROR)
+# A resumed leg is no hang either: the request went on, on the next life, and was answered there.
+ANSWERED = (OK, CLIENT_ERROR, RESUMED)
 """Request outcomes that are an answer: anything else is a request that waited in vain."""
 
 KEYS = (

@@ -90,7 +90,9 @@ class Proxy:
         if self.watchdog.record_only:
             # Deadlines out of any run's reach (about 11 days), no rate check, no engine stops.
             never = {k: 1e6 for k in ("ttft_timeout", "stall_timeout", "total_timeout")}
-            self.watchdog = self.watchdog.model_copy(update={**never, "min_rate": 0.0, "deadlines": "wall"})
+            # Nor a resume: a harness without a watchdog sees its requests fail with their server.
+            update = {**never, "min_rate": 0.0, "deadlines": "wall", "on_wedge": "fail"}
+            self.watchdog = self.watchdog.model_copy(update=update)
             self.feed = None
         self._bus = bus or EventBus()
         self._clock = clock
@@ -208,12 +210,17 @@ class Proxy:
         try:
             if kind is None:
                 return await passthrough(ctx, request, path, upstream)
-            ex = Exchange(ctx, request, kind, path, Arrival(attempt_id, waited, unavailable), upstream)
-            self._inflight[ex.request_id] = ex
+            ex = Exchange(
+                ctx, request, kind, path, Arrival(attempt_id, waited, unavailable), upstream, router
+            )
+            # Keyed by the object, not its request id: a resumed request takes a new id per leg.
+            key = f"x{id(ex)}"
+            self._inflight[key] = ex
             try:
                 return await ex.run()
             finally:
-                self._inflight.pop(ex.request_id, None)
+                self._inflight.pop(key, None)
+                upstream = ex.upstream  # a resume may have moved it to another member
         finally:
             if router is not None:
                 router.release(upstream)

@@ -24,7 +24,7 @@ from multidict import CIMultiDict
 
 from wedgewatch.base.clock import Timer
 from wedgewatch.base.errors import FrameTooLarge
-from wedgewatch.base.protocols import Upstream
+from wedgewatch.base.protocols import Resumable, Router, Upstream
 from wedgewatch.base.vocab import (
     CLIENT_DISCONNECT,
     CLIENT_ERROR,
@@ -33,19 +33,24 @@ from wedgewatch.base.vocab import (
     OK,
     REPLY_NOT_API,
     REPLY_TOO_LARGE,
+    RESUMABLE,
+    RESUMED,
+    STALL_KINDS,
     STREAM_UNFINISHED,
+    UPSTREAM_HTTP_PREFIX,
     upstream_http,
 )
 from wedgewatch.proxy.arrival import Arrival
-from wedgewatch.proxy.body import Refused, read_within, rewrite
+from wedgewatch.proxy.body import Asked, Refused, read_within, rewrite
 from wedgewatch.proxy.deadlines import Stall, Watch
 from wedgewatch.proxy.dialects import make_relay
 from wedgewatch.proxy.dialects.assemble import Kind
-from wedgewatch.proxy.dialects.chat import StreamRelay, decode
+from wedgewatch.proxy.dialects.chat import Relay, StreamRelay, decode
 from wedgewatch.proxy.dialects.chat_bytes import snippet
 from wedgewatch.proxy.ending import Ending
 from wedgewatch.proxy.http import REQUEST_ID_HEADER, error_object, error_response, forward_headers
 from wedgewatch.proxy.replies import error_verdict, read_capped, whole_body
+from wedgewatch.proxy.resume import Relayed, Splice, continuation
 from wedgewatch.proxy.shared import Shared
 from wedgewatch.proxy.upstream import post
 from wedgewatch.wire.sse import SSEParser
@@ -60,9 +65,29 @@ class _Stalled(Exception):
     """Internal: the watchdog closed the upstream connection."""
 
 
+class _Resume(Exception):
+    """Internal: the life under this request is being replaced and the request goes on, on the
+    next one (``resume.py``): the failure it would have been, and what to send there."""
+
+    def __init__(
+        self, outcome: str, message: str, extra: dict[str, Any], payload: bytes, relayed: Relayed | None
+    ):
+        super().__init__(message)
+        self.outcome, self.message, self.extra = outcome, message, extra
+        self.payload = payload
+        self.relayed = relayed  # None: sent again whole
+
+
 class Exchange:
     def __init__(
-        self, ctx: Shared, request: web.Request, kind: Kind, path: str, arrival: Arrival, upstream: Upstream
+        self,
+        ctx: Shared,
+        request: web.Request,
+        kind: Kind,
+        path: str,
+        arrival: Arrival,
+        upstream: Upstream,
+        router: Router | None = None,
     ) -> None:
         self.ctx = ctx
         self.request = request
@@ -74,7 +99,9 @@ class Exchange:
         self.started_at = time.time()
         self.t0 = ctx.clock()
         self.watch = Watch(ctx.cfg, self.t0, ctx.metrics.itl, engine=ctx.engine)
-        self.life = upstream.life()  # the server (a pool's member) this request goes to
+        self.upstream = upstream  # the server (a pool's member) this request goes to
+        self.router = router  # the pool it came from: another member, or the next life, on a resume
+        self.life = upstream.life()
         self.base_url = upstream.base_url.rstrip("/")
         self.model: str | None = None
         self.client_stream = False
@@ -88,7 +115,12 @@ class Exchange:
         self._resp: aiohttp.ClientResponse | None = None
         self._timer: Timer | None = None
         self._ended = False
-        self._start_written = False  # its request_starts row is on disk        # Waiting on the upstream (its headers or its next bytes), not on the client: what the
+        self._start_written = False  # its request_starts row is on disk
+        self.asked: Asked | None = None
+        self.legs: list[str] = []  # the request ids this request had before a resume, oldest first
+        self.prior_tokens = 0  # tokens relayed by the legs before this one
+        self.resumes = 0
+        # Waiting on the upstream (its headers or its next bytes), not on the client: what the
         # supervisor counts as work held on the life (``Proxy.held_on``). A client slow to read
         # holds the proxy in a write, and a server that has finished is not wedged by it.
         self.waiting = False
@@ -173,13 +205,27 @@ class Exchange:
             return error_response(
                 400, error_object("invalid_request_error", asked.code, asked.message), self.request_id
             )
+        self.asked = asked
         self.model, self.client_stream = asked.model, asked.client_stream
         self.relay.want_usage = asked.want_usage
+        if self.ctx.cfg.on_wedge == "resume" and self.client_stream and isinstance(self.relay, Relay):
+            self.relay.sent = []  # what the client has received, read back only by a resume
         payload = asked.payload
         if self.ctx.cfg.fingerprints:
             self.arrival.hash_body(asked.body)
         if self.arrival.unavailable is not None:
             return await self._fail(CONNECTION, 502, "upstream_error", self.arrival.unavailable)
+        while True:
+            try:
+                return await self._leg(payload)
+            except _Resume as turn:
+                nxt = await self._turn(turn)
+                if isinstance(nxt, web.StreamResponse):
+                    return nxt
+                payload = nxt
+
+    async def _leg(self, payload: bytes) -> web.StreamResponse:
+        """One try of the request on one server life (one row in the ledger)."""
         # Its start row before it goes upstream: a proxy killed from here on leaves a start
         # without an end, which the next process to open the ledger ends ``interrupted``.
         await self.ctx.sink.write(self._start_row(), "request_starts")
@@ -425,19 +471,101 @@ class Exchange:
     async def _fail(
         self, outcome: str, status: int, err_type: str, message: str, extra: dict[str, Any] | None = None
     ) -> web.StreamResponse:
-        """An infrastructure failure: tell subscribers, write the row, then answer the client."""
+        """An infrastructure failure: tell subscribers, write the row, then answer the client;
+        unless the life under the request is being replaced and the request goes on there."""
         self._abort_upstream()
+        extra = dict(extra or {})
+        turn = await self._resumable(outcome, message, extra)
+        if turn is not None:
+            raise turn
         obj = error_object(err_type, outcome, message)
         if self.out is None:
-            await self._end(outcome, status, {"error": message, **(extra or {})})
+            await self._end(outcome, status, {"error": message, **extra})
             return error_response(status, obj, self.request_id)
-        await self._end(outcome, 200, {"error": message, **(extra or {})})
+        await self._end(outcome, 200, {"error": message, **extra})
         try:
             await self.out.write(b"".join(self.relay.release()) + self.relay.error_frame(obj))
             await self.out.write_eof()
         except _CLIENT_GONE:
             pass
         return self.out
+
+    # --- resume (resume.py) ----------------------------------------------------------------------
+
+    async def _resumable(self, outcome: str, message: str, extra: dict[str, Any]) -> _Resume | None:
+        """The resume of a request whose life is being replaced, or None (then ``extra`` may say
+        why a replaced life's request was not resumed). A stall is resumed only when the verdict
+        on its life is in already: one request stuck while its server serves others fails."""
+        cfg, router, life = self.ctx.cfg, self.router, self.life
+        if (
+            cfg.on_wedge != "resume"
+            or not isinstance(router, Resumable)
+            or life is None
+            or self.asked is None
+        ):
+            return None
+        if not self._start_written or not (outcome in RESUMABLE or outcome.startswith(UPSTREAM_HTTP_PREFIX)):
+            return None
+        self.waiting = False
+        within = 0.0 if outcome in STALL_KINDS else cfg.verdict_wait
+        if not await router.replacing(life.life_id, within):
+            return None
+        if self.resumes >= cfg.max_resumes:
+            # It met a wedge on every life it reached: a suspect, not something to retry for ever.
+            extra.update(suspect=True, not_resumed=f"resumed {self.resumes} time(s) already (max_resumes)")
+            return None
+        if self.out is None:  # the client has received nothing: the request goes again whole
+            return _Resume(outcome, message, extra, self.asked.payload, None)
+        sent = self.relay.sent if isinstance(self.relay, Relay) else None
+        relayed = Relayed.read(self.kind, sent or [], self.prior_tokens + self.watch.tokens)
+        body, why = continuation(self.kind, self.asked.body, relayed, router.continuation(self.upstream))
+        if body is None:
+            extra["not_resumed"] = why
+            return None
+        payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        return _Resume(outcome, message, extra, payload, relayed)
+
+    async def _turn(self, turn: _Resume) -> bytes | web.StreamResponse:
+        """End this leg (its row: ``resumed``, naming the next) and set up the next one on the next
+        ready life; the payload to send there, or the failure when no life came."""
+        router = self.router
+        assert isinstance(router, Resumable) and isinstance(router, Router) and self.life is not None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._resp is not None:
+            self._resp.release()
+            self._resp = None
+        try:
+            await router.after(self.life.life_id, self.ctx.cfg.restart_wait)
+        except Exception as exc:  # no life within restart_wait, or the supervisor gave up
+            self.resumes = self.ctx.cfg.max_resumes  # no second try at resuming
+            why = f"no next life: {exc}"
+            return await self._fail(
+                turn.outcome, 502, "upstream_error", turn.message, {**turn.extra, "not_resumed": why}
+            )
+        next_id = f"{self.ctx.ids.getrandbits(64):016x}"
+        cause = {"cause": turn.outcome, "error": turn.message, **turn.extra, "resumed_as": next_id}
+        await self._end(RESUMED, None, cause)
+        member = router.route(self.attempt_id)
+        router.release(self.upstream)
+        self.upstream, self.life = member, member.life()
+        self.base_url = member.base_url.rstrip("/")
+        self.legs.append(self.request_id)
+        self.request_id, self.resumes = next_id, self.resumes + 1
+        self.prior_tokens += self.watch.tokens
+        self.started_at, self.t0 = time.time(), self.ctx.clock()
+        self.watch = Watch(self.ctx.cfg, self.t0, self.ctx.metrics.itl, engine=self.ctx.engine)
+        sent = self.relay.sent if isinstance(self.relay, Relay) else None
+        self.relay = make_relay(self.kind, self.watch)
+        self.relay.want_usage = self.asked.want_usage if self.asked is not None else False
+        if turn.relayed is not None and isinstance(self.relay, Relay):
+            self.relay.sent, self.relay.splice = sent, Splice(turn.relayed)
+        elif sent is not None and isinstance(self.relay, Relay):
+            self.relay.sent = []
+        self.stall, self._ended, self._start_written = None, False, False
+        self._held, self._tail = [], []
+        return turn.payload
 
     async def _client_gone(self) -> web.StreamResponse:
         self._abort_upstream()
@@ -460,6 +588,8 @@ class Exchange:
         if watch.ttft is not None:
             m.ttft.observe(watch.ttft)
         detail = {**detail, **self.arrival.detail()}
+        if self.legs:  # a resumed request: the leg this one continues
+            detail["resumes"] = self.legs[-1]
         end = Ending(
             request_id=self.request_id,
             attempt_id=self.attempt_id,

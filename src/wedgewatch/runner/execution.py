@@ -296,9 +296,15 @@ async def execute(
         lambda life_id: sum(1 for f in ctx.inflight.values() if f.ended_by is None and f.life_id == life_id)
     )
 
+    # With the proxy resuming requests in flight on the next life, a restart costs an attempt
+    # nothing: it goes on (a request that cannot be resumed fails, and its attempt with it).
+    resumes = eff.watchdog.enabled and not eff.watchdog.record_only and eff.watchdog.on_wedge == "resume"
+
     def on_event(ev: Event) -> None:
         if isinstance(ev, Restarting):
             ctx.counters.restarts += 1
+            if resumes:
+                return
             detail = {"restart_reason": ev.reason, "life_id": ev.life_id}
             # Only the attempts on the restarted server: a pool's other members keep theirs.
             end_all_in_flight(ctx, API_ERROR, SERVER_RESTARTED, detail, life_id=ev.life_id)

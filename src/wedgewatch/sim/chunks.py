@@ -40,8 +40,13 @@ class Reply:
     tool_calls: list[dict[str, str]] = field(default_factory=list)
 
 
-def plan_reply(reply: PolicyReply, max_tokens: int, stop: list[str], tools_allowed: bool) -> Reply:
-    """Tokenize the policy's reply, apply ``stop`` strings and the token limit."""
+def plan_reply(
+    reply: PolicyReply, max_tokens: int, stop: list[str], tools_allowed: bool, skip: str | None = None
+) -> Reply:
+    """Tokenize the policy's reply, apply ``stop`` strings and the token limit. ``skip``: the text
+    of a reply already begun (a continued final message): the units it covers are not sent again,
+    so the continuation is exactly the rest of the one reply (as a real model at temperature 0
+    continues its own tokens). A text that is not the reply's start is continued by the whole reply."""
     units = [Unit("reasoning", t) for t in tokenizer.tokenize(reply.reasoning)]
     text, stop_reason = reply.text, None
     cut = len(text) + 1
@@ -52,6 +57,8 @@ def plan_reply(reply: PolicyReply, max_tokens: int, stop: list[str], tools_allow
     if stop_reason is not None:
         text = text[:cut]
     units += [Unit("content", t) for t in tokenizer.tokenize(text)]
+    if skip:
+        units = _after(units, skip)
     calls = reply.tool_calls if tools_allowed and stop_reason is None else []
     for i, call in enumerate(calls):
         units.append(Unit("tool_head", call["name"], i))
@@ -63,6 +70,19 @@ def plan_reply(reply: PolicyReply, max_tokens: int, stop: list[str], tools_allow
     else:
         finish = "tool_calls" if calls else "stop"
     return Reply(units, finish, stop_reason, calls)
+
+
+def _after(units: list[Unit], begun: str) -> list[Unit]:
+    """The units after those whose text is ``begun``; all of them when ``begun`` is not their
+    start at a unit's boundary."""
+    text = ""
+    for k, u in enumerate(units):
+        if text == begun:
+            return units[k:]
+        if u.kind != "content" or not begun.startswith(text + u.text):
+            return units
+        text += u.text
+    return [] if text == begun else units
 
 
 class Encoder(Protocol):

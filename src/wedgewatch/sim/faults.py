@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from wedgewatch.sim.scenario import Fault
 
@@ -35,6 +36,11 @@ class FaultBook:
                 continue
             if w.model is not None and w.model != key.model:
                 continue
+            if f.marker is not None:
+                try:  # created once, atomically: two processes cannot both strike
+                    Path(f.marker).touch(exist_ok=False)
+                except FileExistsError:
+                    continue
             self.used[i] += 1
             return f
         return None

@@ -31,6 +31,9 @@ class GenRequest:
     match_text: str  # the last user message, or the completion prompt
     prefix_keys: list[tuple[int, int]] = field(default_factory=list)
     """(hash, prompt tokens) of each message prefix, shortest first: the prefix cache's keys."""
+    continues: str | None = None
+    """The text of a last assistant message to continue (vLLM's ``continue_final_message``): the
+    reply goes on from there instead of starting afresh (``messages`` is then without it)."""
 
 
 def _int_or_none(body: dict[str, Any], key: str) -> int | None:
@@ -87,6 +90,7 @@ def parse(
         and all(isinstance(t, dict) and isinstance(t.get("function"), dict) for t in tools)
     ):
         raise bad("tools must be a list of function tools", "tools")
+    continues: str | None = None
     if kind != "completion":
         messages = dialects.messages(kind, body)
         if not isinstance(messages, list) or not messages:
@@ -97,6 +101,13 @@ def parse(
             content = m.get("content")
             if content is not None and not isinstance(content, str | list):
                 raise bad(f"messages[{i}].content must be a string or a list of parts", "messages")
+        if body.get("continue_final_message") is True:
+            if messages[-1]["role"] != "assistant":
+                raise bad("continue_final_message needs a last assistant message", "messages")
+            if body.get("add_generation_prompt", True) is not False:
+                # vLLM refuses both at once: there would be no final message left to continue.
+                raise bad("continue_final_message and add_generation_prompt cannot both be true")
+            continues = tokenizer.content_text(messages[-1].get("content"))
         keys: list[tuple[int, int]] = []
         h, prompt_tokens = 0, tokenizer.REPLY_PRIMER
         match_text = ""
@@ -150,4 +161,5 @@ def parse(
         prompt_tokens=prompt_tokens,
         match_text=match_text,
         prefix_keys=keys,
+        continues=continues,
     )

@@ -50,6 +50,11 @@ class Fault(_Strict):
     when: When = Field(default_factory=When)
     times: int = Field(0, ge=0)
     """How many matching requests the fault applies to; 0 = every one."""
+    marker: str | None = None
+    """A file the fault creates when it strikes; while the file exists the fault does not strike
+    again, in this server process or any later one. ``times`` counts within one process, so a
+    fault meant to strike once across a restart (a wedge the next life does not repeat, as a
+    fresh server is the cure) names a marker."""
     action: Action
     after_tokens: int = Field(0, ge=0)
     """stall_after, drop, crash, wedge, livelock, error_event and the broken replies (not_json,

@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from wedgewatch import __version__
 from wedgewatch.base.errors import BadInput
-from wedgewatch.sim import sglang, slots
+from wedgewatch.sim import sglang, slots, tokenizer
 from wedgewatch.sim.chunks import plan_reply
 from wedgewatch.sim.engine import Engine, SimOptions
 from wedgewatch.sim.faults import RequestKey
@@ -127,14 +127,19 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
         PolicyRequest(
             kind="completion" if kind == "completion" else "chat",  # a Responses input is a conversation
             model=req.model,
-            messages=req.messages,
+            # A continued reply is the reply to the conversation before its last assistant message.
+            messages=req.messages[:-1] if req.continues is not None else req.messages,
             tools=req.tools,
-            max_tokens=req.max_tokens,
+            # The reply's own length, begun text included: a model does not write a different
+            # reply because the rest of it was asked for with a smaller limit.
+            max_tokens=req.max_tokens + tokenizer.count(req.continues)
+            if req.max_tokens is not None and req.continues
+            else req.max_tokens,
             seed=e.opts.seed,
             skill=e.scenario.policy.skill,
         )
     )
-    reply = plan_reply(answer, limit, req.stop, tools_allowed=req.tools is not None)
+    reply = plan_reply(answer, limit, req.stop, tools_allowed=req.tools is not None, skip=req.continues)
     return await Generation(e, request, req, reply, fault, arrived).run()
 
 

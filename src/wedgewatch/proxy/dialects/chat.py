@@ -44,6 +44,13 @@ def decode(data: bytes) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
+class Rewriter(Protocol):
+    """Rewrites a chunk's data before it is read and forwarded (``resume.Splice``: a continued
+    leg's chunks made part of the client's stream); None drops the chunk."""
+
+    def rewrite(self, data: bytes) -> bytes | None: ...
+
+
 class StreamRelay(Protocol):
     """One request's reading of its upstream stream: chat and completions (``Relay``), the
     Responses API (``responses.ResponsesRelay``) or the Messages API (``messages.AnthropicRelay``).
@@ -80,6 +87,8 @@ class Relay:
         "finish",
         "kept",
         "kind",
+        "sent",
+        "splice",
         "usage",
         "want_usage",
         "watch",
@@ -99,6 +108,10 @@ class Relay:
         self.kept: bytes | None = None  # a finish chunk's data, kept back for the usage chunk's extras
         self.fault: tuple[str, str] | None = None  # the first malformed event: (outcome, message)
         self.chunks = 0  # chunks with choices: parts of an answer
+        # With resume on: the data of each chunk forwarded to a streaming client, undecoded (a
+        # resume reads them back, proxy/resume.py); and a continued leg's splice into the stream.
+        self.sent: list[bytes] | None = None
+        self.splice: Rewriter | None = None
 
     @property
     def answered(self) -> bool:
@@ -119,6 +132,11 @@ class Relay:
                 if begun and ev.comments:
                     frames.append(comment_frame(ev.comments))
                 continue
+            if self.splice is not None and data != DONE:
+                spliced = self.splice.rewrite(data)
+                if spliced is None:
+                    continue  # a second role chunk: the client has its first
+                data = spliced
             if data == DONE:
                 self.done = True
             elif not is_object(data):
@@ -148,6 +166,8 @@ class Relay:
                 if not self.want_usage:
                     self.kept = data
                     continue
+            if self.sent is not None and data != DONE:
+                self.sent.append(data)
             frames.append(_frame(data))
         if last:
             frames += self.release()
