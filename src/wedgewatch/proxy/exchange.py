@@ -1,7 +1,9 @@
 """One generation request through the proxy, from the client's body to its row. It is long because
 a request's life is one idea that every ending must see whole: the body, the upstream's answer
-judged event by event, the watchdog's timer, and each way it can end (ok, a stall, a fault of the
-reply, the client gone), each writing its row before the client's last byte.
+judged event by event, the watchdog's timer, each way it can end (ok, a stall, a fault of the
+reply, the client gone), each writing its row before the client's last byte, and the resume that
+turns an ending on a replaced life into the next leg on the next life (``resume.py`` holds what is
+sent there and how its reply is spliced in; the legs are here, because every ending can become one).
 
 The upstream is always asked for a stream. A streaming client gets each SSE event's ``data`` bytes
 unchanged, framed afresh and written once per upstream read; nothing is sent before the first token,
