@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from wedgewatch.base import redact
 from wedgewatch.base.clock import SYSTEM, Clock
 from wedgewatch.base.events import EventBus
 from wedgewatch.base.protocols import Router, Upstream
@@ -255,7 +256,7 @@ class Proxy:
                 }
             )
         return {
-            "upstream": self.upstream.base_url,
+            "upstream": redact.url(self.upstream.base_url),  # a password in it stays hidden
             "watchdog": self.watchdog.model_dump(),
             "deadlines": "engine" if self._ctx is not None and self._ctx.engine else "wall",
             "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],  # asyncio or uvloop
