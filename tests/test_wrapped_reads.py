@@ -241,6 +241,6 @@ def test_wraps_last_line_counts_what_the_ledger_holds(tmp_path: Path) -> None:
 
     wrapped_ledger(tmp_path / "l.sqlite")
     assert wrapped.end_line(summary_of(tmp_path / "l.sqlite")) == (
-        "8 requests (3 failed on the infrastructure, 1 of them sent again with success), 1 stalls, "
-        "1 resumed, 1 restarts (wedge 1)"
+        "8 requests (3 failed on the infrastructure, 1 of them sent again with success), 1 stall, "
+        "1 resumed, 1 restart (wedge 1)"
     )

@@ -114,14 +114,18 @@ def summarise(ledger: Ledger, harness_run_id: str) -> dict[str, Any]:
     }
 
 
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}" + ("" if k == 1 else "s")
+
+
 def end_line(s: dict[str, Any]) -> str:
     """The one line ``wrap`` prints at its end: requests, stalls, resumed, restarts."""
     req, srv = s["requests"], s["server"]
     why = ", ".join(f"{k} {v}" for k, v in sorted(srv["restart_reasons"].items()))
     return (
-        f"{req['total']} requests ({req['failed']} failed on the infrastructure, "
-        f"{req[RECOVERED]} of them sent again with success), {sum(s['stalls'].values())} stalls, "
-        f"{req[RESUMED]} resumed, {srv['restarts']} restarts" + (f" ({why})" if why else "")
+        f"{_n(req['total'], 'request')} ({req['failed']} failed on the infrastructure, "
+        f"{req[RECOVERED]} of them sent again with success), {_n(sum(s['stalls'].values()), 'stall')}, "
+        f"{req[RESUMED]} {RESUMED}, {_n(srv['restarts'], 'restart')}" + (f" ({why})" if why else "")
     )
 
 
