@@ -1,22 +1,28 @@
 """Deadlines and restart backoff on the manual clock: the proxy's first-token and mid-stream
-deadlines and the supervisor's backoff between failed starts fire when the test moves the clock,
-in no real seconds, against real sockets and real processes."""
+deadlines, the supervisor's backoff between failed starts and its wedge window fire when the test
+moves the clock, in no real seconds, against real sockets and real processes."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
 import openai
 import pytest
 
+from conftest import RunningServer
 from wedgewatch.base.errors import ServerStartError
-from wedgewatch.config import ServerConfig, WatchdogConfig
+from wedgewatch.base.events import Wedged
+from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor import Supervisor
 from wedgewatch.testing import ManualClock, ScriptedUpstream, eventually_async, settle
+from wedgewatch.wire.heartbeat import Reading
 
 
 async def test_manual_clock_fires_timers_and_sleepers_in_order_and_honours_cancel() -> None:
@@ -152,3 +158,61 @@ async def test_the_starter_waits_for_readiness_on_the_supervisors_clock(tmp_path
     await clock.advance(61.0)
     with pytest.raises(ServerStartError, match="not ready after 60s"):
         await asyncio.wait_for(starting, 20)
+
+
+async def test_a_wedge_is_found_at_the_first_scrape_past_its_window_on_the_supervisors_clock(
+    tmp_path: Path, start_sim: Callable[..., RunningServer]
+) -> None:
+    # A real simulator wedged by a request (two tokens, then its counters freeze with the request
+    # running); the supervisor watching it scrapes on the manual clock, one step of 1 s at a time:
+    # the verdict comes at the scrape 5 s (wedge_window) after the one that saw the last tokens.
+    scenario = tmp_path / "wedge.toml"
+    scenario.write_text('[[fault]]\nwhen.contains = "WEDGE"\naction = "wedge"\nafter_tokens = 2\n')
+    sim, clock = start_sim("--scenario", str(scenario)), ManualClock()
+    cfg = ServerConfig(
+        profile="external",
+        url=sim.url,
+        scrape_interval=1.0,
+        wedge_window=5.0,
+        restart_on_wedge=False,
+        warmup=WarmupConfig(count=0),
+        log_dir=str(tmp_path / "logs"),
+    )
+    sup = Supervisor(cfg, clock=clock)
+    readings: list[Reading] = []
+    sup.feed.subscribe(lambda r, _life: readings.append(r), lambda *_: None)
+    wedges: list[tuple[float, Wedged]] = []
+    sup.bus.subscribe(lambda ev: wedges.append((clock(), ev)) if isinstance(ev, Wedged) else None)
+    await sup.start()
+    body = {"model": "sim-model", "messages": [{"role": "user", "content": "WEDGE"}], "stream": True}
+    try:
+        # The watcher's first scrape is done (the server idle) before the request is sent.
+        await eventually_async(lambda: readings and clock.pending() >= 1, what="the watcher asleep")
+        async with aiohttp.ClientSession() as s:
+            request = asyncio.ensure_future(s.post(sim.url + "/v1/chat/completions", json=body))
+
+            async def wedged() -> bool:
+                async with s.get(sim.url + "/sim/stats") as r:
+                    return bool((await r.json())["wedged"])
+
+            await eventually_async(wedged, what="the simulator wedged")
+
+            async def step() -> None:
+                """One scrape interval, then until the watcher sleeps again (or has its verdict)."""
+                await clock.advance(1.0)
+                await eventually_async(lambda: clock.pending() >= 1 or wedges, what="the scrape done")
+
+            for _ in range(12):
+                if wedges:
+                    break
+                await step()
+            request.cancel()
+    finally:
+        await sup.stop()
+    assert wedges, "no wedge in 12 scrapes"
+    at, ev = wedges[0]
+    moved = [b for a, b in itertools.pairwise(readings) if b.tokens != a.tokens]
+    assert moved, "the scrapes saw the two tokens come"
+    assert ev.evidence["rule"] == "tokens" and ev.evidence["source"] == "metrics"
+    assert at - moved[-1].at == 5.0  # not a scrape sooner, not a scrape later
+    assert ev.evidence["flat_seconds"] == 5.0
