@@ -114,8 +114,8 @@ def summarise(ledger: Ledger, harness_run_id: str) -> dict[str, Any]:
     }
 
 
-def _n(k: int, word: str) -> str:
-    return f"{k} {word}" + ("" if k == 1 else "s")
+def _n(k: int, plural: str) -> str:
+    return f"{k} {plural if k != 1 else plural[:-1]}"
 
 
 def end_line(s: dict[str, Any]) -> str:
@@ -123,9 +123,9 @@ def end_line(s: dict[str, Any]) -> str:
     req, srv = s["requests"], s["server"]
     why = ", ".join(f"{k} {v}" for k, v in sorted(srv["restart_reasons"].items()))
     return (
-        f"{_n(req['total'], 'request')} ({req['failed']} failed on the infrastructure, "
-        f"{req[RECOVERED]} of them sent again with success), {_n(sum(s['stalls'].values()), 'stall')}, "
-        f"{req[RESUMED]} {RESUMED}, {_n(srv['restarts'], 'restart')}" + (f" ({why})" if why else "")
+        f"{_n(req['total'], 'requests')} ({req['failed']} failed on the infrastructure, "
+        f"{req[RECOVERED]} of them sent again with success), {_n(sum(s['stalls'].values()), 'stalls')}, "
+        f"{req[RESUMED]} {RESUMED}, {_n(srv['restarts'], 'restarts')}" + (f" ({why})" if why else "")
     )
 
 
