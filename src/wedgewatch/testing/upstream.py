@@ -79,7 +79,9 @@ class ScriptedUpstream:
             answer = {
                 "id": "x",
                 "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}],
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}
+                ],
                 "usage": {"completion_tokens": 2},
             }
             return web.json_response(answer)
