@@ -7,12 +7,14 @@ flag that would attribute them, and exit 1."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from ledger_helpers import add_attempt, make_run
 from wedgewatch.base import vocab
 from wedgewatch.ledger import Ledger
 from wedgewatch.wire import fingerprint
@@ -138,3 +140,38 @@ def test_an_unattributed_failure_the_harness_retried_with_success_harms_nobody(t
     assert done.returncode == 0, done.stderr
     (run,) = json.loads(done.stdout)["runs"]
     assert run["infra_unattributed"] == [] and run[vocab.RECOVERED] == 1
+
+
+def test_a_runs_summary_counts_the_instances_its_agent_carried_through_a_failure(tmp_path: Path) -> None:
+    """Under ``wedgewatch run`` too: an instance whose final attempt had a failed request the agent
+    sent again with success keeps its model outcome, and is counted ``recovered`` beside it."""
+    db = tmp_path / "run.sqlite"
+    with Ledger(db) as lg:
+        make_run(lg, "r1", ["a-1", "b-2", "c-3"])
+        t0 = time.time() - 50
+        for n, (iid, outcome) in enumerate(
+            [("a-1", STALL), ("a-1", OK), ("b-2", HTTP503), ("b-2", OK), ("b-2", HTTP503), ("c-3", OK)]
+        ):
+            lg.append(
+                "requests",
+                {"request_id": f"q{n}", "attempt_id": f"r1-{iid}-1", "path": "/v1/chat/completions",
+                 "client_stream": 0, "started_at": t0 + n, "duration": 0.5, "outcome": outcome,
+                 "detail_json": {"fp": fingerprint.of_messages(prompt(iid))}},
+            )  # fmt: skip
+        # b-2's last failure was never sent again: not recovered, though its attempt submitted.
+        for iid in ("a-1", "b-2", "c-3"):
+            add_attempt(lg, "r1", iid, 1, vocab.SUBMITTED, patch="diff", resolved=1)
+    argv = [sys.executable, "-m", "wedgewatch", "report", "r1", "--ledger", str(db)]
+    as_json = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=60)
+    assert as_json.returncode == 0, as_json.stderr
+    s = json.loads(as_json.stdout)
+    assert s[vocab.RECOVERED] == 1 and s["outcomes"][vocab.RESOLVED] == 3, "recovered is beside, not apart"
+    text = subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout
+    assert re.search(r"recovered\s*│\s*1\s*│", text), text
+    compare = subprocess.run(
+        [sys.executable, "-m", "wedgewatch", "compare", "r1", "r1", "--ledger", str(db)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert compare.returncode == 0, compare.stderr
+    (row,) = [line for line in compare.stdout.splitlines() if "recovered instances" in line]
+    assert row.split()[-2:] == ["1", "1"]

@@ -24,6 +24,7 @@ from wedgewatch.base.vocab import (
     MODEL_OUTCOMES,
     OUTCOMES,
     PENDING,
+    RECOVERED,
     RESOLVED,
     STALL_KINDS,
 )
@@ -40,6 +41,7 @@ def _infra(s: dict[str, Any]) -> dict[str, Any]:
         "instances": n,
         INFRA_FAILED: s["outcomes"][INFRA_FAILED],
         PENDING: s["outcomes"][PENDING],
+        RECOVERED: s.get(RECOVERED, 0),
         "attempts": s["attempts"]["total"],
         "api_error_attempts": by[API_ERROR],
         "api_error_per_instance": (by[API_ERROR] / n) if n else None,
@@ -271,6 +273,7 @@ def render_text(r: dict[str, Any]) -> str:
     rows: list[list[Any]] = [
         ["infra_failed instances", ia[INFRA_FAILED], ib[INFRA_FAILED]],
         ["pending instances", ia[PENDING], ib[PENDING]],
+        ["recovered instances (the agent's retry)", ia[RECOVERED], ib[RECOVERED]],
         ["attempts", ia["attempts"], ib["attempts"]],
         ["api_error attempts", ia["api_error_attempts"], ib["api_error_attempts"]],
         ["api_error per instance", ia["api_error_per_instance"], ib["api_error_per_instance"]],

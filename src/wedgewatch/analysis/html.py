@@ -18,7 +18,7 @@ from wedgewatch.analysis.rundata import RunData, load_run
 from wedgewatch.analysis.survival import Survival, ci_text, survival
 from wedgewatch.analysis.text import rate_text
 from wedgewatch.base.files import write_private
-from wedgewatch.base.vocab import IN_FLIGHT, INFRA_FAILED, MODEL_OUTCOMES, PENDING, RUNNING
+from wedgewatch.base.vocab import IN_FLIGHT, INFRA_FAILED, MODEL_OUTCOMES, PENDING, RECOVERED, RUNNING
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 
@@ -49,6 +49,7 @@ def summary_rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[st
     rows += [
         row(INFRA_FAILED, lambda s: s["outcomes"][INFRA_FAILED], "every attempt failed on our or the server's side"),
         row(PENDING, lambda s: s["outcomes"][PENDING], "not final yet"),
+        row(RECOVERED, lambda s: s.get(RECOVERED, 0), "of the model outcomes: the agent's retry of a failed request succeeded"),
         row("resolved / all instances", lambda s: rate_text(s["resolved_rate_all"]), "95% Wilson interval"),
         row("resolved / model outcomes", lambda s: rate_text(s["resolved_rate_model"]), "infra_failed and pending left out"),
         row("attempts", lambda s: f"{s['attempts']['total']}: {_counts(s['attempts']['by_status'])}"),

@@ -21,7 +21,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from wedgewatch.base.vocab import OK, is_infra_outcome
+from wedgewatch.base.vocab import MODEL_OUTCOMES, OK, is_infra_outcome
+from wedgewatch.ledger import queries
+from wedgewatch.ledger.store import Ledger, Row
 
 
 def content_key(row: Mapping[str, Any]) -> str | None:
@@ -54,3 +56,21 @@ def recovered(rows: Iterable[Mapping[str, Any]]) -> set[str]:
         if key is not None and last_ok.get(key, float("-inf")) > float(row["started_at"]):
             out.add(str(row["request_id"]))
     return out
+
+
+def recovered_instances(ledger: Ledger, run_id: str, outcomes: list[Row]) -> list[str]:
+    """A run's instances (``wedgewatch run``) whose model outcome came from an attempt in which a
+    request failed on the infrastructure and the agent sent each such request again with success
+    (``outcomes``: the run's ``instance_outcomes`` rows). Already among the model outcomes: this
+    says the server failed them and the agent's own retry carried them through."""
+    finals = {r["final_attempt"]: r["instance_id"] for r in outcomes if r["outcome"] in MODEL_OUTCOMES}
+    by_attempt: dict[str, list[dict[str, Any]]] = {}
+    for q in queries.run_requests(ledger, run_id):
+        if q["attempt_id"] in finals:
+            by_attempt.setdefault(str(q["attempt_id"]), []).append(dict(q))
+    out = []
+    for attempt, rows in by_attempt.items():
+        failed = {str(r["request_id"]) for r in rows if is_infra_outcome(str(r["outcome"]))}
+        if failed and failed <= recovered(rows):
+            out.append(str(finals[attempt]))
+    return sorted(out)

@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from typing import Any
 
+from wedgewatch.analysis.retries import recovered_instances
 from wedgewatch.analysis.stats import rate
 from wedgewatch.base.vocab import (
     ABORTED,
@@ -23,6 +24,7 @@ from wedgewatch.base.vocab import (
     MODEL_OUTCOMES,
     OUTCOMES,
     PENDING,
+    RECOVERED,
     RESOLVED,
     RETRIED,
     RUN_ENDED,
@@ -94,6 +96,8 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
         "instances": n_all,
         "outcomes": by_outcome,
         "awaiting_evaluation": awaiting_eval,
+        # Beside infra_failed, not apart from the outcomes: each has its model outcome.
+        RECOVERED: len(recovered_instances(ledger, rid, outcomes)),
         # Pending instances count as not resolved, but a run with nothing final yet (its server
         # never came up, say) has no score: 0/N would read as a model that solved nothing.
         "resolved_rate_all": rate(by_outcome[RESOLVED], n_all if n_all > by_outcome[PENDING] else 0),
@@ -139,6 +143,7 @@ def _members_text(srv: dict[str, Any]) -> str:
 
 
 _NOTHING_FINAL = "no instance has a final outcome yet"
+_RECOVERED_NOTE = "of the model outcomes: a request failed, the agent sent it again with success"
 _NO_MODEL_OUTCOME = "no instance has a model outcome"
 
 
@@ -157,7 +162,8 @@ def render_text(s: dict[str, Any]) -> str:
         f"instances {s['instances']}: resolved {o[RESOLVED]}, unresolved {o[UNRESOLVED]}, "
         f"empty_patch {o[EMPTY_PATCH]}, early_stop {o[EARLY_STOP]}  |  "
         f"infra_failed {o[INFRA_FAILED]}, pending {o[PENDING]}"
-        + (f" ({s['awaiting_evaluation']} awaiting evaluation)" if s["awaiting_evaluation"] else ""),
+        + (f" ({s['awaiting_evaluation']} awaiting evaluation)" if s["awaiting_evaluation"] else "")
+        + f"  |  {RECOVERED} {s.get(RECOVERED, 0)}",
         f"resolved over all instances:      {_pct(s['resolved_rate_all'], _NOTHING_FINAL)}",
         f"resolved over model outcomes:     {_pct(s['resolved_rate_model'], _NO_MODEL_OUTCOME)}",
         "attempts: "
@@ -205,6 +211,7 @@ def render_table(s: dict[str, Any]) -> Any:
         f"; {s['awaiting_evaluation']} awaiting evaluation" if s["awaiting_evaluation"] else ""
     )
     t.add_row(PENDING, str(o[PENDING]), pend)
+    t.add_row(RECOVERED, str(s.get(RECOVERED, 0)), _RECOVERED_NOTE)
     t.add_section()
     for label, key, note, none in (
         ("resolved / all", "resolved_rate_all", "every instance of the suite", _NOTHING_FINAL),

@@ -202,6 +202,15 @@ def server_lives(ledger: Ledger, run_id: str) -> list[Row]:
     return ledger.query("SELECT * FROM server_life_view WHERE run_id = ? ORDER BY started_at", (run_id,))
 
 
+def run_requests(ledger: Ledger, run_id: str) -> list[Row]:
+    """The request rows of the run's attempts, oldest first."""
+    return ledger.query(
+        "SELECT q.* FROM requests q JOIN attempts a ON a.attempt_id = q.attempt_id "
+        "WHERE a.run_id = ? ORDER BY q.started_at, q.request_id",
+        (run_id,),
+    )
+
+
 def request_outcomes(ledger: Ledger, run_id: str) -> dict[str, int]:
     """Requests of the run's attempts, counted by outcome."""
     rows = ledger.query(
