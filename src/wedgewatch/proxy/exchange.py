@@ -49,8 +49,10 @@ from wedgewatch.proxy.dialects import make_relay
 from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat import Relay, StreamRelay, decode
 from wedgewatch.proxy.dialects.chat_bytes import snippet
+from wedgewatch.proxy.dialects.typed import TypedRelay
 from wedgewatch.proxy.ending import Ending
 from wedgewatch.proxy.http import REQUEST_ID_HEADER, error_object, error_response, forward_headers
+from wedgewatch.proxy.replay import Replay
 from wedgewatch.proxy.replies import error_verdict, read_capped, whole_body
 from wedgewatch.proxy.resume import Relayed, Splice, continuation
 from wedgewatch.proxy.shared import Shared
@@ -210,8 +212,14 @@ class Exchange:
         self.asked = asked
         self.model, self.client_stream = asked.model, asked.client_stream
         self.relay.want_usage = asked.want_usage
-        if self.ctx.cfg.on_wedge == "resume" and self.client_stream and isinstance(self.relay, Relay):
-            self.relay.sent = []  # what the client has received, read back only by a resume
+        # What the client has received, read back only by a resume (chat and completions: to
+        # continue from its text; the Responses and Messages APIs: to replay up to it, replay.py).
+        if (
+            self.ctx.cfg.on_wedge == "resume"
+            and self.client_stream
+            and isinstance(self.relay, Relay | TypedRelay)
+        ):
+            self.relay.sent = []
         payload = asked.payload
         if self.ctx.cfg.fingerprints:
             self.arrival.hash_body(asked.body)
@@ -499,6 +507,10 @@ class Exchange:
         why a replaced life's request was not resumed). A stall is resumed only when the verdict
         on its life is in already: one request stuck while its server serves others fails."""
         cfg, router, life = self.ctx.cfg, self.router, self.life
+        splice = self.relay.splice if isinstance(self.relay, TypedRelay) else None
+        if isinstance(splice, Replay) and splice.departed is not None:
+            extra["not_resumed"] = splice.departed  # a replay that is not the reply the client has
+            return None
         if (
             cfg.on_wedge != "resume"
             or not isinstance(router, Resumable)
@@ -517,6 +529,13 @@ class Exchange:
             extra.update(suspect=True, not_resumed=f"resumed {self.resumes} time(s) already (max_resumes)")
             return None
         if self.out is None:  # the client has received nothing: the request goes again whole
+            return _Resume(outcome, message, extra, self.asked.payload, None)
+        if isinstance(self.relay, TypedRelay):
+            # A begun Responses or Messages stream: sent again whole too, and replayed up to what
+            # the client has (``_turn`` sets the splice; replay.py).
+            if self.relay.sent is None:
+                extra["not_resumed"] = "what the client received was not kept"
+                return None
             return _Resume(outcome, message, extra, self.asked.payload, None)
         sent = self.relay.sent if isinstance(self.relay, Relay) else None
         relayed = Relayed.read(self.kind, sent or [], self.prior_tokens + self.watch.tokens)
@@ -559,12 +578,20 @@ class Exchange:
         self.started_at, self.t0 = time.time(), self.ctx.clock()
         self.watch = Watch(self.ctx.cfg, self.t0, self.ctx.metrics.itl, engine=self.ctx.engine)
         sent = self.relay.sent if isinstance(self.relay, Relay) else None
+        typed = self.relay.sent if isinstance(self.relay, TypedRelay) else None
         self.relay = make_relay(self.kind, self.watch)
         self.relay.want_usage = self.asked.want_usage if self.asked is not None else False
         if turn.relayed is not None and isinstance(self.relay, Relay):
             self.relay.sent, self.relay.splice = sent, Splice(turn.relayed)
         elif sent is not None and isinstance(self.relay, Relay):
             self.relay.sent = []
+        if typed is not None and isinstance(self.relay, TypedRelay):
+            # Responses and Messages: the new leg replays the reply; what the client has is
+            # swallowed, the rest goes on under the first leg's ids (replay.py). The list goes on
+            # growing with what this leg forwards, for a further resume.
+            self.relay.sent = typed if self.out is not None else []
+            if self.out is not None:
+                self.relay.splice = Replay(list(typed), (turn.outcome, turn.message))
         self.stall, self._ended, self._start_written = None, False, False
         self._held, self._tail = [], []
         return turn.payload

@@ -14,8 +14,9 @@ sends each again instead (docs/proxy.md, "Resume"):
   ``[DONE]``.
 
 What cannot be continued exactly fails as without resume, and the row says why: ``n`` > 1, log
-probabilities, a tool call or reasoning begun, the Responses and Messages APIs once begun, a
-server whose profile has no way to continue.
+probabilities, a tool call or reasoning begun, a server whose profile has no way to continue.
+A begun Responses or Messages stream is not continued from its text but replayed: sent again
+whole, its events swallowed up to what the client has (``replay.py``).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def continuation(
     if how is None:
         return None, "the server's profile has no way to continue a begun reply"
     if kind not in ("chat", "completion"):
-        return None, f"a begun {kind} stream is not continued (only chat and completions are)"
+        return None, f"a begun {kind} stream is replayed, not continued (replay.py)"
     if relayed.blocker is not None:
         return None, relayed.blocker
     if not relayed.text:

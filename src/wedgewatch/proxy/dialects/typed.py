@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Protocol
 
 from wedgewatch.base.vocab import REPLY_NOT_API, REPLY_NOT_JSON
 from wedgewatch.proxy.deadlines import Watch
@@ -48,10 +48,33 @@ def has_text(value: Any) -> bool:
     return False
 
 
+class EventRewriter(Protocol):
+    """Rewrites a replayed leg's events before they are forwarded (``proxy/replay.Replay``: a
+    begun stream resumed on the next life); None swallows an event. ``departed`` says why the
+    replay is not the reply the client has: the request then fails as ``cause`` (the failure it
+    was resumed from: outcome, message)."""
+
+    departed: str | None
+    cause: tuple[str, str]
+
+    def rewrite(self, ev: SSEEvent) -> SSEEvent | None: ...
+
+
 class TypedRelay(ABC):
     """``relay.StreamRelay`` over a stream of typed events."""
 
-    __slots__ = ("done", "error", "events", "fault", "finish", "usage", "want_usage", "watch")
+    __slots__ = (
+        "done",
+        "error",
+        "events",
+        "fault",
+        "finish",
+        "sent",
+        "splice",
+        "usage",
+        "want_usage",
+        "watch",
+    )
 
     END = "its last event"
 
@@ -64,6 +87,11 @@ class TypedRelay(ABC):
         self.error: dict[str, Any] | None = None
         self.fault: tuple[str, str] | None = None  # the first malformed event: (outcome, message)
         self.events = 0  # well-formed events of the API seen
+        # With resume on: the data of each event forwarded to a streaming client, undecoded (a
+        # resume replays the request and reads them back, proxy/replay.py); and a replayed leg's
+        # splice into the stream.
+        self.sent: list[bytes] | None = None
+        self.splice: EventRewriter | None = None
 
     @property
     def answered(self) -> bool:
@@ -104,6 +132,16 @@ class TypedRelay(ABC):
             if not self._judge(ev):
                 break
             self._see(ev, now, False)
+            if self.splice is not None:
+                spliced = self.splice.rewrite(ev)
+                if self.splice.departed is not None:
+                    self.fault = self.splice.cause
+                    break
+                if spliced is None:
+                    continue  # the client has it from the leg before
+                ev = spliced
+            if self.sent is not None:
+                self.sent.append(ev.data or b"")
             frames.append(frame(ev))
         return frames
 
