@@ -57,6 +57,7 @@ HOMONYMS: dict[tuple[str, str], tuple[int, str]] = {
     ("proxy/app.py", "total_timeout"): (1, _TOTAL_TIMEOUT),
     ("proxy/dialects/assemble.py", "created"): (3, _OPENAI_FIELD),
     ("proxy/dialects/chat.py", "created"): (1, _OPENAI_FIELD),
+    ("proxy/chat_replay.py", "created"): (1, _OPENAI_FIELD),
     ("proxy/resume.py", "created"): (2, _OPENAI_FIELD),
     ("proxy/dialects/messages.py", "api_error"): (1, "Anthropic's error type"),
     ("proxy/http.py", "connection"): (1, "the HTTP header"),

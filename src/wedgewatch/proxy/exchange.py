@@ -44,6 +44,7 @@ from wedgewatch.base.vocab import (
 )
 from wedgewatch.proxy.arrival import Arrival
 from wedgewatch.proxy.body import Asked, Refused, read_within, rewrite
+from wedgewatch.proxy.chat_replay import ChatReplay, refused
 from wedgewatch.proxy.deadlines import Stall, Watch
 from wedgewatch.proxy.dialects import make_relay
 from wedgewatch.proxy.dialects.assemble import Kind
@@ -507,8 +508,8 @@ class Exchange:
         why a replaced life's request was not resumed). A stall is resumed only when the verdict
         on its life is in already: one request stuck while its server serves others fails."""
         cfg, router, life = self.ctx.cfg, self.router, self.life
-        splice = self.relay.splice if isinstance(self.relay, TypedRelay) else None
-        if isinstance(splice, Replay) and splice.departed is not None:
+        splice = self.relay.splice if isinstance(self.relay, Relay | TypedRelay) else None
+        if splice is not None and splice.departed is not None:
             extra["not_resumed"] = splice.departed  # a replay that is not the reply the client has
             return None
         if (
@@ -541,8 +542,13 @@ class Exchange:
         relayed = Relayed.read(self.kind, sent or [], self.prior_tokens + self.watch.tokens)
         body, why = continuation(self.kind, self.asked.body, relayed, router.continuation(self.upstream))
         if body is None:
-            extra["not_resumed"] = why
-            return None
+            # Text cannot continue it exactly (a tool call or reasoning begun, a server that
+            # cannot continue a reply): replayed instead, and held to what the client has.
+            refusal = refused(self.asked.body) if sent is not None else why
+            if refusal is not None:
+                extra["not_resumed"] = refusal
+                return None
+            return _Resume(outcome, message, extra, self.asked.payload, None)
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         return _Resume(outcome, message, extra, payload, relayed)
 
@@ -577,21 +583,23 @@ class Exchange:
         self.prior_tokens += self.watch.tokens
         self.started_at, self.t0 = time.time(), self.ctx.clock()
         self.watch = Watch(self.ctx.cfg, self.t0, self.ctx.metrics.itl, engine=self.ctx.engine)
-        sent = self.relay.sent if isinstance(self.relay, Relay) else None
-        typed = self.relay.sent if isinstance(self.relay, TypedRelay) else None
+        sent = self.relay.sent if isinstance(self.relay, Relay | TypedRelay) else None
         self.relay = make_relay(self.kind, self.watch)
         self.relay.want_usage = self.asked.want_usage if self.asked is not None else False
         if turn.relayed is not None and isinstance(self.relay, Relay):
             self.relay.sent, self.relay.splice = sent, Splice(turn.relayed)
-        elif sent is not None and isinstance(self.relay, Relay):
-            self.relay.sent = []
-        if typed is not None and isinstance(self.relay, TypedRelay):
-            # Responses and Messages: the new leg replays the reply; what the client has is
-            # swallowed, the rest goes on under the first leg's ids (replay.py). The list goes on
-            # growing with what this leg forwards, for a further resume.
-            self.relay.sent = typed if self.out is not None else []
-            if self.out is not None:
-                self.relay.splice = Replay(list(typed), (turn.outcome, turn.message))
+        elif sent is not None and self.out is None:
+            self.relay.sent = []  # nothing received: sent again whole, what it relays kept anew
+        elif sent is not None:
+            # A replay (replay.py): what the client has is swallowed, the rest goes on under the
+            # first leg's ids; the list goes on growing with what this leg forwards, for a further
+            # resume. The replay's tokens are the whole reply's, so none are counted before it.
+            cause = (turn.outcome, turn.message)
+            if isinstance(self.relay, TypedRelay):
+                self.relay.sent, self.relay.splice = sent, Replay(list(sent), cause)
+            elif isinstance(self.relay, Relay):
+                self.relay.sent, self.relay.splice = sent, ChatReplay(self.kind, list(sent), cause)
+            self.prior_tokens = 0
         self.stall, self._ended, self._start_written = None, False, False
         self._held, self._tail = [], []
         return turn.payload

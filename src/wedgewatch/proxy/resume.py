@@ -126,6 +126,8 @@ class Splice:
     relayed: Relayed
     role_seen: bool = False
     dropped: list[bytes] = field(default_factory=list)
+    departed: str | None = None  # a continuation is what the server makes of the text: never departs
+    cause: tuple[str, str] = ("", "")
 
     def rewrite(self, data: bytes) -> bytes | None:
         """A chunk's data as the client gets it, or None to drop it (a role-only chunk)."""

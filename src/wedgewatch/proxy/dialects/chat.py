@@ -46,7 +46,12 @@ def decode(data: bytes) -> dict[str, Any] | None:
 
 class Rewriter(Protocol):
     """Rewrites a chunk's data before it is read and forwarded (``resume.Splice``: a continued
-    leg's chunks made part of the client's stream); None drops the chunk."""
+    leg's chunks made part of the client's stream; ``chat_replay.ChatReplay``: a replayed one's);
+    None drops the chunk. ``departed`` says why a replay is not the reply the client has: the
+    request then fails as ``cause`` (the failure it was resumed from: outcome, message)."""
+
+    departed: str | None
+    cause: tuple[str, str]
 
     def rewrite(self, data: bytes) -> bytes | None: ...
 
@@ -134,8 +139,15 @@ class Relay:
                 continue
             if self.splice is not None and data != DONE:
                 spliced = self.splice.rewrite(data)
+                if self.splice.departed is not None:
+                    self.fault = self.splice.cause
+                    break
                 if spliced is None:
-                    continue  # a second role chunk: the client has its first
+                    # A second role chunk (the client has its first), or a replay's tokens the
+                    # client has: the server is at work all the same.
+                    if is_progress(data):
+                        self.watch.progress(now)
+                    continue
                 data = spliced
             if data == DONE:
                 self.done = True

@@ -1,6 +1,8 @@
-"""A begun Responses API or Messages API stream survives a wedge too: the proxy sends the request
-again whole on the next life and swallows the new leg's events until they reach what the client
-already has, then forwards the rest under the first leg's ids (replay and skip, proxy/replay.py).
+"""A begun Responses API or Messages API stream survives a wedge too, and so does a chat stream
+that text cannot continue exactly (a tool call cut inside its arguments): the proxy sends the
+request again whole on the next life and swallows the new leg's events until they reach what the
+client already has, then forwards the rest under the first leg's ids (replay and skip,
+proxy/replay.py, chat_replay.py).
 Real simulator subprocesses behind the real stack; the clients are the real SDKs' stream
 accumulators (OpenAI's ``responses.stream()``, Anthropic's ``messages.stream()``), which track
 items and blocks by id and index; the simulator's replies are deterministic, so the resumed
@@ -24,8 +26,9 @@ from conftest import sse_events
 from wedgewatch.base import vocab
 from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
+from wedgewatch.proxy.chat_replay import ChatReplay
 from wedgewatch.proxy.replay import Replay
-from wedgewatch.sim.chunks import Reply, Unit
+from wedgewatch.sim.chunks import ChatEncoder, Reply, Unit
 from wedgewatch.sim.responses import ResponsesEncoder
 from wedgewatch.stack.servers import Stack
 from wedgewatch.wire.sse import SSEParser
@@ -155,6 +158,33 @@ async def test_a_function_call_cut_in_its_arguments_is_replayed_whole(tmp_path: 
     _legs(_rows(ledger))
 
 
+async def test_a_chat_tool_call_cut_in_its_arguments_is_replayed_whole(tmp_path: Path) -> None:
+    """The OpenAI SDK's chat stream accumulator (``chat.completions.stream``) reads one call, its
+    arguments those of a request no wedge touched, under one id with one role chunk."""
+    tools = [{"type": "function", "function": {"name": "lighthouse", "parameters": TOOL}}]
+    body = {"model": "sim-model", "messages": [{"role": "user", "content": PROMPT}], "tools": tools}
+    async with _stack(tmp_path) as (stack, ledger):
+        status, raw = await _raw(stack.url, "/v1/chat/completions", {**body, "stream": True})
+        client = openai.AsyncOpenAI(base_url=stack.url + "/v1", api_key="x", max_retries=0)
+        async with client.chat.completions.stream(**body) as s:  # type: ignore[arg-type]
+            clean = await s.get_final_completion()
+    assert status == 200
+    chunks = [e for _, e in raw]
+    assert len({c["id"] for c in chunks}) == 1
+    deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
+    assert sum(1 for d in deltas if "role" in d) == 1
+    pieces = [p for d in deltas for p in d.get("tool_calls") or ()]
+    assert sum(1 for p in pieces if p.get("id")) == 1  # the call opened once
+    args = "".join(p["function"].get("arguments") or "" for p in pieces)
+    (call,) = clean.choices[0].message.tool_calls or []
+    assert args == call.function.arguments and json.loads(args) == {f"field_{i}": "filler" for i in range(10)}
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["finish_reason"]] == [
+        "tool_calls"
+    ]
+    first, second = _legs(_rows(ledger))
+    assert first["tokens_out"] == 7 and second["outcome"] == vocab.OK
+
+
 async def test_a_messages_stream_wedged_midway_is_one_message_for_anthropics_sdk(tmp_path: Path) -> None:
     args = {"model": "sim-model", "max_tokens": 40, "messages": [{"role": "user", "content": PROMPT}]}
     async with _stack(tmp_path) as (stack, ledger):
@@ -223,3 +253,28 @@ def test_a_replay_that_says_something_else_departs_and_one_cut_elsewhere_goes_on
     assert {g["item_id"] for g in got if "item_id" in g} == {first_item}
     assert got[-1]["response"]["id"] == json.loads(first[0].data or b"")["response"]["id"]
     assert got[-1]["response"]["output"][0]["id"] == first_item
+
+
+def _chat(text: list[str]) -> list[bytes]:
+    enc = ChatEncoder("m", Reply([Unit("content", t) for t in text], "stop", None))
+    raw = enc.role_chunk() + b"".join(enc.unit_chunks()) + enc.tail(3, len(text), True)
+    return [e.data for e in _events(raw) if e.data not in (None, b"[DONE]")]  # type: ignore[misc]
+
+
+def test_a_chat_replay_goes_on_past_the_clients_text_and_departs_from_other_text() -> None:
+    relayed = _chat([" a", " b", " c", " d"])[:3]  # the role chunk, " a", " b"
+    shifted = ChatReplay("chat", relayed, ("stall_midstream", "no token"))
+    out = [shifted.rewrite(c) for c in _chat([" a", " b c", " d"])]
+    assert out[:2] == [None, None] and shifted.departed is None  # its role chunk, " a"
+    got = [json.loads(c) for c in out[2:] if c is not None]
+    assert [g["choices"][0]["delta"].get("content") for g in got if g["choices"]] == [" c", " d"]
+    assert {g["id"] for g in got} == {json.loads(relayed[0])["id"]}
+    assert got[-1]["usage"]["completion_tokens"] == 3  # the replay's own: it made the whole reply
+
+    short = ChatReplay("chat", relayed, ("stall_midstream", "no token"))
+    assert [short.rewrite(c) for c in _chat([" a"])][-1] is None
+    assert short.departed is not None and "ended (stop)" in short.departed
+    other = ChatReplay("chat", relayed, ("stall_midstream", "no token"))
+    for c in _chat([" a", " x"]):
+        other.rewrite(c)
+    assert other.departed is not None and "departed" in other.departed
