@@ -4,7 +4,8 @@ subprocess reproducing what the public report shows, the real supervised stack i
 of it: the request's outcome, what the client read, the supervisor's events and their evidence.
 No wall-clock bound is asserted (the bench measures the seconds); waits are hang guards.
 
-vLLM #46811 (a wedge whose gauges read 0 running, 0 waiting) is tests/test_wedge_gauges_zero.py.
+vLLM #46811 (a wedge whose gauges read 0 running, 0 waiting) is here at defaults, resumed; how
+soon it is found without the resume is tests/test_wedge_gauges_zero.py.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from wedgewatch.base.events import CanaryAnswered, Crashed, Restarting, Wedged
 from wedgewatch.bench.fault_client import read_answer, send_half
 from wedgewatch.bench.fault_corpus import CORPUS, by_name
 from wedgewatch.bench.fault_rig import FaultRig, Trial
+from wedgewatch.bench.faults import met
 from wedgewatch.config import ServerConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
@@ -36,27 +38,49 @@ async def one_trial(name: str, tmp_path: Path) -> Trial:
         trial = await rig.trial()
     assert trial.missing == [], f"{name}: never saw {trial.missing}"
     assert trial.outcome == fault.expect, f"{name}: {trial}"
+    assert met(fault, trial), f"{name}: {trial}"
     assert trial.release is not None
     return trial
+
+
+def whole_answer_after_a_resume(t: Trial) -> None:
+    """The client read one whole answer (its finish, no error) although its first leg met the wedge:
+    the proxy sent the request on to the next life (``on_wedge = "resume"``, the default)."""
+    assert (t.status, t.client_code, t.finish) == (200, "", "length"), t
+    assert t.legs == [vocab.RESUMED, vocab.OK] and t.cause == vocab.STALL_MIDSTREAM, t
 
 
 def test_every_fault_names_its_report_scenario_and_an_outcome_of_the_vocabulary() -> None:
     from wedgewatch.sim.scenario import bundled_names
 
-    words = vocab.INFRA_OUTCOMES | {vocab.OK, vocab.CLIENT_SLOW_BODY}
+    words = vocab.INFRA_OUTCOMES | {vocab.OK, vocab.CLIENT_SLOW_BODY, vocab.RESUMED}
     for fault in CORPUS:
         assert fault.scenario in bundled_names(), fault.name
         assert fault.expect in words, fault.name
+        assert (fault.expect == vocab.RESUMED) == bool(fault.escaped), fault.name
         assert fault.source.startswith("https://github.com/") or fault.rig == "client", fault.name
     assert len({f.name for f in CORPUS}) == len(CORPUS)
+
+
+@pytest.mark.long
+async def test_vllm_46811_a_wedge_whose_gauges_read_0_is_found_and_resumed_at_defaults(
+    tmp_path: Path,
+) -> None:
+    t = await one_trial("vLLM #46811", tmp_path)
+    assert t.probe["health"] == 200
+    whole_answer_after_a_resume(t)
+    assert [k for k in t.events if k in RESTARTED] == RESTARTED
+    # The gauges denied any work: the proxy's own request on the life is what made it a wedge.
+    assert (t.evidence["running"], t.evidence["waiting"]) == (0, 0)
+    assert t.evidence["rule"] == "heartbeat" and t.evidence["window"] == ServerConfig().heartbeat_window
+    assert t.next_served is True
 
 
 @pytest.mark.long
 async def test_vllm_36451_an_engine_hung_mid_decode_is_a_wedge_at_defaults(tmp_path: Path) -> None:
     t = await one_trial("vLLM #36451", tmp_path)
     assert t.probe["health"] == 200  # what the report says: /health stays 200
-    # Tokens had begun the client's stream: its last event is the proxy's error, which SDKs raise.
-    assert (t.status, t.client_code) == (200, vocab.STALL_MIDSTREAM)
+    whole_answer_after_a_resume(t)
     assert [k for k in t.events if k in RESTARTED] == RESTARTED
     assert t.evidence["rule"] == "heartbeat" and t.evidence["window"] == ServerConfig().heartbeat_window
     assert t.evidence["running"] == 1  # the gauges froze with the request running
@@ -67,7 +91,8 @@ async def test_vllm_36451_an_engine_hung_mid_decode_is_a_wedge_at_defaults(tmp_p
 async def test_vllm_45526_an_engine_hung_in_a_prefill_is_a_wedge_before_any_token(tmp_path: Path) -> None:
     t = await one_trial("vLLM #45526", tmp_path)
     assert t.probe["health"] == 200
-    assert (t.status, t.client_code) == (503, vocab.STALL_TTFT)  # no token had reached the client
+    # No token had reached the client: the request went again whole to the next life, one row.
+    assert (t.status, t.client_code, t.finish, t.legs) == (200, "", "length", [vocab.OK]), t
     assert [k for k in t.events if k in RESTARTED] == RESTARTED
     assert t.evidence["rule"] == "heartbeat"
     assert t.next_served is True
@@ -109,7 +134,7 @@ async def test_mlx_lm_1493_a_livelock_fails_the_canary_and_is_restarted(tmp_path
 async def test_llamacpp_27388_health_ok_slots_hanging_and_sigterm_ignored(tmp_path: Path) -> None:
     t = await one_trial("llama.cpp #27388", tmp_path)
     assert t.probe == {"health": 200, "slots": "no answer"}
-    assert (t.status, t.client_code) == (200, vocab.STALL_MIDSTREAM)
+    whole_answer_after_a_resume(t)
     assert [k for k in t.events if k in RESTARTED] == RESTARTED
     assert t.old_exit == -9  # SIGTERM was ignored: the stop escalated to SIGKILL
     assert t.next_served is True
@@ -131,9 +156,8 @@ async def test_each_broken_reply_is_the_servers_failure_and_no_restart(tmp_path:
     assert scenarios == {"broken-replies"}
     async with FaultRig(by_name("HTML 200"), tmp_path / "rig") as rig:
         for name, (status, code) in BROKEN.items():
-            rig.fault = by_name(name)
-            t = await rig.trial()
-            assert t.outcome == rig.fault.expect and vocab.is_infra_outcome(t.outcome), (name, t)
+            t = await rig.trial(by_name(name))
+            assert t.outcome == by_name(name).expect and vocab.is_infra_outcome(t.outcome), (name, t)
             assert (t.status, t.client_code) == (status, code), name
             # The proxy's upstream error asks a canary; the healthy server passes it.
             assert t.events == [CanaryAnswered.kind] and t.canary_passed is True, (name, t)

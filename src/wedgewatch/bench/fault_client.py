@@ -69,6 +69,21 @@ def client_code(answer: Answer) -> str:
     return code
 
 
+def finish_reason(answer: Answer) -> str:
+    """The last ``finish_reason`` the client's stream carried: a whole answer has one."""
+    found = ""
+    for line in answer.body.split(b"\n"):
+        if not line.startswith(b"data: {") or b'"finish_reason":"' not in line.replace(b" ", b""):
+            continue
+        try:
+            choices = json.loads(line[len(b"data: ") :]).get("choices") or []
+        except ValueError:
+            continue
+        for choice in choices:
+            found = str(choice.get("finish_reason") or found)
+    return found
+
+
 def slow_request(body: bytes) -> bytes:
     """The head of a chat request with ``body``'s length: what a slow client sends first."""
     return (

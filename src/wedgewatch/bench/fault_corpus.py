@@ -33,7 +33,9 @@ class Fault:
     prompt: str
     """The last user message: the scenario's keyword."""
     expect: str
-    """The request outcome wedgewatch gives it (a word of ``base/vocab.py``)."""
+    """The request outcome wedgewatch gives it (a word of ``base/vocab.py``): its first row's.
+    ``resumed`` when the proxy sent it again to the next life (``[watchdog] on_wedge``), which
+    then answered it ``ok``."""
     reactions: tuple[type[Event], ...]
     """The supervisor's events that must follow, each at least once."""
     rig: Rig = "vllm"
@@ -44,6 +46,8 @@ class Fault:
     probe: Literal["", "health", "slots"] = ""
     """What the trial also asks the server while the fault holds: ``health`` (its /health),
     ``slots`` (llama.cpp's /slots)."""
+    escaped: str = ""
+    """For a resumed request: the failure the resume escaped (its first row's ``cause``)."""
 
 
 _RESTART = (Wedged, Restarting)
@@ -56,9 +60,10 @@ CORPUS: tuple[Fault, ...] = (
         "https://github.com/vllm-project/vllm/pull/46811",
         "wedge-gauges-zero",
         "WEDGE now",
-        vocab.STALL_MIDSTREAM,
+        vocab.RESUMED,
         _RESTART,
         probe="health",
+        escaped=vocab.STALL_MIDSTREAM,
     ),
     Fault(
         "vLLM #36451",
@@ -66,9 +71,10 @@ CORPUS: tuple[Fault, ...] = (
         "https://github.com/vllm-project/vllm/pull/36451",
         "wedge-all",
         "WEDGE now",
-        vocab.STALL_MIDSTREAM,
+        vocab.RESUMED,
         _RESTART,
         probe="health",
+        escaped=vocab.STALL_MIDSTREAM,
     ),
     Fault(
         "vLLM #45526",
@@ -76,7 +82,7 @@ CORPUS: tuple[Fault, ...] = (
         "https://github.com/vllm-project/vllm/pull/45526",
         "wedge-in-prefill",
         "WEDGE-PREFILL",
-        vocab.STALL_TTFT,
+        vocab.OK,  # nothing had reached the client: sent again whole, one row
         _RESTART,
         fill=4000,
         probe="health",
@@ -119,9 +125,10 @@ CORPUS: tuple[Fault, ...] = (
         "https://github.com/ggml-org/llama.cpp/issues/27388",
         "wedge-slots-hang",
         "WEDGE now",
-        vocab.STALL_MIDSTREAM,
+        vocab.RESUMED,
         _RESTART,
         probe="slots",
+        escaped=vocab.STALL_MIDSTREAM,
     ),
     Fault(
         "engine error event",

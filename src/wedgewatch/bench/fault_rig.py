@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,7 +27,7 @@ import aiohttp
 
 import wedgewatch
 from wedgewatch.base.events import CanaryAnswered, Crashed, Event, LifeEnded, Restarting, Wedged
-from wedgewatch.bench.fault_client import Answer, ask, client_code, slow_body
+from wedgewatch.bench.fault_client import Answer, ask, client_code, finish_reason, slow_body
 from wedgewatch.bench.fault_corpus import Fault
 from wedgewatch.config import ServerConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
@@ -51,7 +52,7 @@ class Trial:
     client_code: str
     """The error code the client read ("" when it got the answer)."""
     outcome: str
-    """The request's row in the ledger."""
+    """The request's row in the ledger (its first leg's, when it was resumed)."""
     release: float | None
     """Seconds from the fault striking to the client's release (for a fault-free request, from
     its start; for the slow client, from its first byte)."""
@@ -70,6 +71,18 @@ class Trial:
     """What the server answered to the fault's probe while the fault held."""
     next_served: bool | None = None
     """After a restart: the next request was served."""
+    legs: list[str] = field(default_factory=list)
+    """The outcome of each leg of the request: one, or ``resumed`` and the legs that went on."""
+    cause: str = ""
+    """For a resumed request: the failure its first leg escaped."""
+    finish: str = ""
+    """The ``finish_reason`` the client's stream ended with ("" when none: an error ended it)."""
+
+    def outcome_text(self) -> str:
+        """The outcome, and for a resumed request what it escaped and how it ended."""
+        if len(self.legs) > 1:
+            return f"{self.legs[0]} ({self.cause}), then {' then '.join(self.legs[1:])}"
+        return self.outcome
 
     def did(self) -> str:
         """What wedgewatch did, in a line."""
@@ -77,10 +90,10 @@ class Trial:
             parts = ["no answer"]
         elif self.status != 200:
             parts = [f"HTTP {self.status} {self.client_code}".rstrip()]
+        elif self.client_code:
+            parts = [f"200, stream ends with error {self.client_code}"]
         else:
-            parts = [
-                f"200, stream ends with error {self.client_code}" if self.client_code else "200, answered"
-            ]
+            parts = ["200, the whole answer" + (", resumed on the next life" if len(self.legs) > 1 else "")]
         for kind in self.events:
             if kind == Wedged.kind:
                 parts.append(f"wedge ({self.evidence.get('rule') or self.evidence.get('source')})")
@@ -108,9 +121,22 @@ def write_sglang_shim(folder: Path) -> Path:
     return folder
 
 
+def scenario_file(fault: Fault, workdir: Path) -> Path:
+    """The fault's bundled scenario with each fault striking once across server lives (a marker
+    file, ``workdir/struck``, that the rig removes before each trial): the next life does not
+    repeat the fault, as a fresh server is the cure, so a request the proxy resumes there is
+    served (docs/faults.md)."""
+    text = (resources.files("wedgewatch.sim") / "scenarios" / f"{fault.scenario}.toml").read_text()
+    marker = json.dumps(str(workdir / "struck"))  # a TOML basic string
+    path = workdir / f"{fault.scenario}.toml"
+    path.write_text(text.replace("[[fault]]\n", f"[[fault]]\nmarker = {marker}\n"))
+    return path
+
+
 def server_config(fault: Fault, workdir: Path, fault_log: Path) -> ServerConfig:
     """The fault's server at wedgewatch's defaults: only where logs go, and the simulator's own
     arguments (its scenario, speed, context length and fault log), are set."""
+    scenario = str(scenario_file(fault, workdir))
     sim_args = ["--max-model-len", "131072", "--fault-log", str(fault_log)]
     if fault.rig == "sglang":
         here = str(Path(wedgewatch.__file__).resolve().parent.parent)
@@ -120,11 +146,11 @@ def server_config(fault: Fault, workdir: Path, fault_log: Path) -> ServerConfig:
             launcher=sys.executable,
             log_dir=str(workdir / "logs"),
             env={"PYTHONPATH": os.pathsep.join(p for p in path if p)},
-            args=["--scenario", fault.scenario, "--time-scale", repr(fault.time_scale), *sim_args],
+            args=["--scenario", scenario, "--time-scale", repr(fault.time_scale), *sim_args],
         )
     return ServerConfig(
         profile="sim",
-        scenario=fault.scenario,
+        scenario=scenario,
         time_scale=fault.time_scale,
         log_dir=str(workdir / "logs"),
         args=sim_args,
@@ -138,6 +164,7 @@ class FaultRig:
         self.fault = fault
         workdir.mkdir(parents=True, exist_ok=True)
         self.fault_log = workdir / "faults.jsonl"
+        self.marker = workdir / "struck"
         self.ledger = Ledger(workdir / "ledger.sqlite")
         self.stack = Stack(
             server_config(fault, workdir, self.fault_log), WatchdogConfig(), ledger=self.ledger
@@ -162,11 +189,17 @@ class FaultRig:
         finally:
             self.ledger.close()
 
-    async def trial(self) -> Trial:
-        """Meet the fault once; return when the supervisor has done all it was going to."""
+    async def trial(self, fault: Fault | None = None) -> Trial:
+        """Meet the fault once; return when the supervisor has done all it was going to.
+        ``fault``: another fault the same server shows (the broken replies share one scenario)."""
+        if fault is not None:
+            if (fault.scenario, fault.rig) != (self.fault.scenario, self.fault.rig):
+                raise ValueError(f"{fault.name} needs scenario {fault.scenario}, not {self.fault.scenario}")
+            self.fault = fault
         sup = self.stack.supervisor
         await sup.wait_ready()
         life, server = sup.life_id, sup.base_url
+        self.marker.unlink(missing_ok=True)  # the fault strikes once in this trial
         mark, t0 = len(self.events), time.time()
         async with aiohttp.ClientSession() as session:
             if self.fault.rig == "client":
@@ -179,9 +212,12 @@ class FaultRig:
                 text = f"{self.fault.prompt} trial{self.trials}" + " x" * self.fault.fill
                 answer = await ask(session, self.stack.url, text)
                 probe = await prober
-            trial = Trial(
-                self.fault.name, answer.status, client_code(answer), await self._outcome(answer), None
-            )
+            legs = await self._legs(answer)
+            first = legs[0][0] if legs else ""
+            trial = Trial(self.fault.name, answer.status, client_code(answer), first, None)
+            trial.legs = [outcome for outcome, _ in legs]
+            trial.cause = str(legs[0][1].get("cause", "")) if legs else ""
+            trial.finish = finish_reason(answer)
             trial.probe = probe
             trial.release = answer.ended - self._struck(t0)
             await self._reactions(trial, mark)
@@ -196,20 +232,25 @@ class FaultRig:
         trial.old_exit = ends[0].exit_code if ends else None
         return trial
 
-    async def _outcome(self, answer: Answer) -> str:
-        """The request's row (it is written before the client's last byte; a moment's grace)."""
-        if answer.request_id is None:
-            return ""
+    async def _legs(self, answer: Answer) -> list[tuple[str, dict[str, Any]]]:
+        """(outcome, detail) of the request's row and of each leg that resumed it, in order (each
+        row is written before the client's last byte; a moment's grace)."""
+        legs: list[tuple[str, dict[str, Any]]] = []
+        rid = answer.request_id
+        query = "SELECT outcome, detail_json FROM requests WHERE request_id = ?"
+        while rid is not None and len(legs) < 10:
 
-        def row() -> str:
-            rows = self.ledger.query(
-                "SELECT outcome FROM requests WHERE request_id = ?", (answer.request_id,)
-            )
-            return str(rows[0][0]) if rows else ""
+            def row(rid: str = rid) -> list[Any]:
+                return list(self.ledger.query(query, (rid,)))
 
-        with contextlib.suppress(AssertionError):
-            return await eventually_async(row, 10.0, what="the request's row")
-        return ""
+            try:
+                ((outcome, detail),) = await eventually_async(row, 10.0, what="the request's row")
+            except AssertionError:
+                break
+            legs.append((str(outcome), json.loads(detail or "{}")))
+            nxt = legs[-1][1].get("resumed_as")
+            rid = str(nxt) if nxt else None
+        return legs
 
     def _struck(self, t0: float) -> float:
         """When the fault struck: the simulator's first fault-log line of this trial."""

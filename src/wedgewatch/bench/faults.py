@@ -15,6 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.base import vocab
 from wedgewatch.bench.fault_corpus import CORPUS, Fault
 from wedgewatch.bench.fault_rig import FaultRig, Trial
 
@@ -30,9 +31,9 @@ async def run_fault(fault: Fault, workdir: Path, trials: int) -> list[Trial]:
 def summary(fault: Fault, trials: list[Trial]) -> dict[str, Any]:
     """One row of the table, and the trials behind it."""
     releases = [t.release for t in trials if t.release is not None]
-    outcomes = sorted({t.outcome for t in trials})
+    outcomes = list(dict.fromkeys(t.outcome_text() for t in trials))
     did = list(dict.fromkeys(t.did() for t in trials))  # distinct, in the order seen
-    misses = sum(1 for t in trials if t.outcome != fault.expect or t.missing)
+    misses = sum(1 for t in trials if not met(fault, t))
     return {
         "fault": fault.name,
         "source": fault.source,
@@ -50,6 +51,13 @@ def summary(fault: Fault, trials: list[Trial]) -> dict[str, Any]:
         },
         "trials": [vars(t) for t in trials],
     }
+
+
+def met(fault: Fault, trial: Trial) -> bool:
+    """The trial ended as the corpus says it must: the outcome, what a resume escaped and how
+    the resumed request ended, and every reaction of the supervisor."""
+    resumed_well = not fault.escaped or (trial.cause == fault.escaped and trial.legs[-1:] == [vocab.OK])
+    return trial.outcome == fault.expect and resumed_well and not trial.missing
 
 
 async def run(workdir: Path, trials: int, names: list[str]) -> list[dict[str, Any]]:
