@@ -37,6 +37,9 @@ def test_attempts_killed_by_restarts_keep_the_whole_budget(tmp_path: Path) -> No
     # the one attempt, and the instances were infra_failed by the machine, not by the restarts.
     cfg = load_config(write_config(tmp_path, ids=IDS[:3], concurrency=3, deadline=200.0, wedge_window=200.0))
     cfg.run.attempts = 1
+    # on_wedge "fail": the subject is the budget of attempts a restart ends; with the default
+    # resume a restart ends none (tests/test_runner_sim.py shows both).
+    cfg.watchdog.on_wedge = "fail"
     killed: list[str] = []
 
     def on_context(ctx: RunContext) -> None:

@@ -188,6 +188,7 @@ def test_a_restart_cancels_the_tasks_it_abandons_and_their_commands_die_on_the_w
     run on the cluster: each task is cancelled and its commands killed, and the run goes on."""
     marker = f"wedgewatch-ray-abandoned-{uuid.uuid4().hex}"
     cfg = load_config(on_ray(_command_agent_config(tmp_path, marker, per_attempt=True), cluster.address))
+    cfg.watchdog.on_wedge = "fail"  # a restart ends its attempts only without resume
     seen: dict[str, Any] = {}
 
     def running(attempt_id: str) -> bool:

@@ -68,6 +68,9 @@ canary_timeout = 1.0
 restart_backoff = 0.1
 
 [watchdog]
+# fail, not resume: the subject is attributing each request the simulator struck, which a
+# resume would carry on to the next life instead of failing (tests/test_wrap_one_pass.py resumes).
+on_wedge = "fail"
 ttft_timeout = 5
 stall_timeout = 1.5
 
