@@ -70,19 +70,19 @@ def test_the_bundled_model_is_served_under_its_name_with_gemmas_turns() -> None:
         "gemma3-270m",
         "--chat-template",
         str(models.bundled_chat_template_path()),
+        "--max-num-batched-tokens",
+        "256",
         "--port",
         "1",
     ]
     assert (model / "model.safetensors").is_file() and (model / "config.json").is_file()
     named = vllm.api_server_argv("/p", "gemma3-270m", ["--served-model-name", "g", "--chat-template=t"])
     assert named.count("--served-model-name") == 1 and "--chat-template" not in named
-    assert vllm.api_server_argv("/p", "org/other", []) == [
-        "/p",
-        "-m",
-        vllm.API_SERVER,
-        "--model",
-        "org/other",
-    ]
+    other = vllm.api_server_argv("/p", "org/other", ["--max-num-batched-tokens=2048"])
+    assert other == ["/p", "-m", vllm.API_SERVER, "--model", "org/other", "--max-num-batched-tokens=2048"]
+    # Short engine steps by default, never shorter than vLLM allows (--max-num-seqs).
+    many = vllm.api_server_argv("/p", "org/other", ["--max-num-seqs", "512"])
+    assert many[5:7] == ["--max-num-batched-tokens", "512"]
 
 
 def test_vllms_environment_is_cached_by_version_and_pins(

@@ -56,7 +56,8 @@ def role_pid(pgid: int, title: str) -> int:
 
 
 class Rig:
-    """One supervisor and its proxy, at default settings but for the log directory."""
+    """One supervisor and its proxy, at default settings but for the log directory and the
+    proxy's ``on_wedge``."""
 
     def __init__(self, workdir: Path, env: dict[str, str]) -> None:
         self.workdir = workdir
@@ -72,7 +73,10 @@ class Rig:
             warmup=WarmupConfig(count=1, max_tokens=4),
         )
         self.sup = Supervisor(cfg, ledger=self.ledger, bus=self.bus)
-        self.proxy = Proxy(self.sup, WatchdogConfig(), ledger=self.ledger, bus=self.bus, feed=self.sup.feed)
+        # on_wedge = "fail": the client is released with an error, and the release is measured;
+        # the default, "resume", holds it and continues its stream on the next life instead.
+        watchdog = WatchdogConfig(on_wedge="fail")
+        self.proxy = Proxy(self.sup, watchdog, ledger=self.ledger, bus=self.bus, feed=self.sup.feed)
         self._detach: Callable[[], None] = lambda: None
 
     async def start(self) -> float:

@@ -33,6 +33,13 @@ DEFAULT_KV_CACHE_GB = "1"
 """``VLLM_CPU_KVCACHE_SPACE`` unless set: 1 GiB is about 80,000 tokens of the bundled model (vLLM's
 CPU default of 4 GiB only adds resident memory beside other work on a 24 GiB machine)."""
 
+DEFAULT_BATCHED_TOKENS = 256
+"""``--max-num-batched-tokens`` unless given: the tokens of one engine step, so a long prompt is
+prefilled in many short steps. vLLM publishes its metrics (the supervisor's heartbeat) once per
+step, and on a CPU a whole 2,000-token prompt in one step took over the 8 s heartbeat window when
+other work shared the two cores: a wedge by every rule, false. 256 tokens of the bundled model are
+a fraction of a second (the llama.cpp launcher's ``--batch-size 64`` answers the same problem)."""
+
 USAGE = f"""usage: python -m {MODULE} serve MODEL [vllm serve's options ...]
        python -m {MODULE} provision
 
@@ -43,6 +50,22 @@ cached environment ({vllm_env.env_dir()}), installed on first use.
 
 def _has(args: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def _int_flag(args: list[str], flag: str) -> int:
+    """The integer value of ``flag`` in ``args`` (``--flag N`` or ``--flag=N``; the last wins), else 0."""
+    found = 0
+    for i, arg in enumerate(args):
+        value = (
+            args[i + 1]
+            if arg == flag and i + 1 < len(args)
+            else arg.split("=", 1)[1]
+            if arg.startswith(flag + "=")
+            else ""
+        )
+        if value.isdigit():
+            found = int(value)
+    return found
 
 
 def api_server_argv(python: str, model: str, rest: list[str]) -> list[str]:
@@ -56,6 +79,12 @@ def api_server_argv(python: str, model: str, rest: list[str]) -> list[str]:
             argv += ["--chat-template", str(models.bundled_chat_template_path())]
     else:
         argv += ["--model", model]
+    if not _has(rest, "--max-num-batched-tokens"):
+        # vLLM refuses a step smaller than --max-num-seqs.
+        argv += [
+            "--max-num-batched-tokens",
+            str(max(DEFAULT_BATCHED_TOKENS, _int_flag(rest, "--max-num-seqs"))),
+        ]
     return argv + rest
 
 
