@@ -60,6 +60,9 @@ restart_backoff = 0.1
 [watchdog]
 ttft_timeout = 5
 stall_timeout = 2
+# The old behaviour: the wedge fails its requests, so the rerun of what it broke is tested
+# (resumed instead, tests/test_wrap_agents.py, nothing is lost to rerun).
+on_wedge = "fail"
 
 [run]
 ledger = "{tmp_path / "ledger.sqlite"}"
