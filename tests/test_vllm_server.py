@@ -1,34 +1,54 @@
-"""A real vLLM (the CPU build, bundled Gemma 3 270M) against what the ``vllm`` profile assumes of
-it, started by the supervisor with the seed's configuration: the ``hybrid-safe`` argument set and
-a LoRA adapter the tests make with peft (rank 8, B matrices non-zero).
+"""A real vLLM (the CPU build, bundled Gemma 3 270M) against what wedgewatch assumes of it, and
+wedged the ways it really wedges. One supervised server for the module, started with the seed's
+configuration (the ``hybrid-safe`` argument set and a LoRA adapter the tests make with peft: rank
+8, B matrices non-zero), behind the watchdog proxy, at wedgewatch's default settings but one:
+``on_wedge = "fail"``, so a wedged life's client is released with an error rather than resumed
+on the next life.
 
-Conformance: every series the profile reads is in the real ``/metrics`` and moves as the profile
-assumes, during decode and during a long chunked prefill (where the token counters stand still
-and only the heartbeat moves). LoRA: the adapter is listed, and its greedy answer differs from
-the base model's and equals what transformers with peft computes.
+First, on its first life, conformance: every series the ``vllm`` profile reads is in the real
+``/metrics`` and moves as the profile assumes, during decode and during a long chunked prefill
+(where the token counters stand still and only the heartbeat moves); the adapter is listed, and
+its greedy answer differs from the base model's and equals what transformers with peft computes.
 
-One server for the module (``--max-num-seqs 2`` so a third request waits, prefill chunks of 256
-tokens so a long prompt takes many steps).
+Then each wedge test wedges the current life and leaves the next one ready: SIGSTOP of the
+EngineCore mid-stream (``/health`` stays 200, ``/metrics`` freezes: the heartbeat rule), the
+execute-model timeout (a stopped Worker; vLLM gives the begun stream an SSE error event after its
+HTTP 200, then exits), and SIGKILL of the EngineCore (the same error event, then the server is
+gone). A stopped Worker caught by the heartbeat is the freeze of ``test_vllm_run.py``.
+
+The server runs with ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=4`` (vLLM's default is 300): below the
+8 s heartbeat window, so the engine's own timeout speaks first; a stopped EngineCore is not
+affected (it is the EngineCore that keeps that timeout). ``--max-num-seqs 2`` so a third request
+waits; prefill steps of 256 tokens so a long prompt takes many steps. Four engine starts in all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import openai
 import pytest
 import pytest_asyncio
 
-from vllm_helpers import ADAPTER, HELLO, VLLM_GROUP, adapter, config, provision
-from wedgewatch.base.events import EventBus
+from vllm_helpers import ADAPTER, HELLO, VLLM_GROUP, adapter, config, detail, provision, role_pid, state
+from wedgewatch.base.events import Event, EventBus
+from wedgewatch.base.vocab import is_infra_outcome
+from wedgewatch.config import WatchdogConfig
 from wedgewatch.launchers import vllm_env
 from wedgewatch.ledger import Ledger
+from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor import Supervisor, profiles
+from wedgewatch.supervisor.process import group_alive
+from wedgewatch.testing import eventually_async
 from wedgewatch.wire import promtext
 from wedgewatch.wire.sse import SSEParser
 
@@ -45,32 +65,59 @@ CHUNK = 256
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 GENERATED, PROMPT = "vllm:generation_tokens_total", "vllm:prompt_tokens_total"
 KV, ITERATIONS = "vllm:kv_cache_usage_perc", "vllm:iteration_tokens_total_count"
+RELEASE_HANG = 15.0
+"""The issue's bound for a frozen engine at default settings: the 8 s heartbeat window, two 1 s
+scrapes, and room for a loaded machine."""
+RELEASE_ERROR = 5.0
+"""The bound where the server itself answers with an error."""
+NEXT_LIFE = 300.0
+"""A new life: stop, start (about 30 s here on a quiet machine), warm-up; generous for a loaded one."""
 
 
 @dataclass
-class Served:
+class Rig:
     sup: Supervisor
-    url: str
+    proxy: Proxy
     ledger: Ledger
     adapter: Path
     base: Path
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        """The current life's own URL (no proxy)."""
+        return self.sup.base_url
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.ledger.query(sql, params)]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
+async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
     base = await asyncio.to_thread(provision)
     lora = await asyncio.to_thread(adapter, tmp_path_factory)
     tmp = tmp_path_factory.mktemp("vllm-server")
     ledger = Ledger(tmp / "ledger.sqlite")
+    bus = EventBus()
     cfg = config(
         tmp,
-        arg_sets=["hybrid-safe"],
         lora_modules={ADAPTER: str(lora)},
         args=["--max-num-seqs", "2", "--max-num-batched-tokens", str(CHUNK), "--max-model-len", "4096"],
+        env={"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "4"},
     )
-    sup = Supervisor(cfg, ledger=ledger, bus=EventBus())
+    sup = Supervisor(cfg, ledger=ledger, bus=bus)
     await sup.start()
-    yield Served(sup, sup.base_url, ledger, lora, base)
+    detach = sup.attach(bus)
+    # on_wedge = "fail": the client of a wedged life is released with an error (the bound these
+    # tests hold the real engine to); the default, "resume", would hold it for the next life and
+    # continue its stream there (test_vllm_run.py runs with the default).
+    proxy = Proxy(sup, WatchdogConfig(on_wedge="fail"), ledger=ledger, bus=bus, feed=sup.feed)
+    await proxy.start()
+    rig = Rig(sup, proxy, ledger, lora, base)
+    bus.subscribe(rig.events.append)
+    yield rig
+    detach()
+    await proxy.stop()
     await sup.stop()
     ledger.close()
 
@@ -115,37 +162,38 @@ def value(samples: promtext.Samples, name: str) -> float:
     return found
 
 
-async def test_the_seeds_configuration_started_the_real_server(served: Served) -> None:
-    life = served.sup.current
+async def test_the_seeds_configuration_started_the_real_server(rig: Rig) -> None:
+    life = rig.sup.current
     assert life is not None
     argv = life.argv
     for flag in profiles.HYBRID_SAFE_VLLM:
         assert flag in argv
-    assert argv[argv.index("--lora-modules") + 1] == f"{ADAPTER}={served.adapter}"
-    async with aiohttp.ClientSession() as s, s.get(served.url + "/v1/models") as resp:
+    assert argv[argv.index("--lora-modules") + 1] == f"{ADAPTER}={rig.adapter}"
+    async with aiohttp.ClientSession() as s, s.get(rig.url + "/v1/models") as resp:
         names = [m["id"] for m in (await resp.json())["data"]]
     assert names == [MODEL, ADAPTER]
 
 
-async def test_every_series_the_profile_reads_is_in_the_real_metrics(served: Served) -> None:
-    sup = served.sup
+async def test_every_series_the_profile_reads_is_in_the_real_metrics(rig: Rig) -> None:
+    sup = rig.sup
     names = profiles.series(sup.cfg, sup.profile).names()
     assert {RUNNING, WAITING, GENERATED, PROMPT, KV, ITERATIONS, "vllm:num_preemptions_total"} <= set(names)
     async with aiohttp.ClientSession() as s:
-        samples = await scrape(s, served.url)
+        samples = await scrape(s, rig.url)
     missing = [n for n in names if samples.total(n) is None]
     assert not missing, f"the vllm profile reads series the real server does not have: {missing}"
 
 
-async def test_during_decode_tokens_and_heartbeat_move_while_one_runs(served: Served) -> None:
+async def test_during_decode_tokens_and_heartbeat_move_while_one_runs(rig: Rig) -> None:
     body = {"model": MODEL, "messages": HELLO, "max_tokens": 120, "temperature": 0, "ignore_eos": True}
     async with aiohttp.ClientSession() as s:
-        before = await scrape(s, served.url)
-        task = asyncio.create_task(stream(s, served.url, body))
-        seen = await watch(s, served.url, task)
+        before = await scrape(s, rig.url)
+        task = asyncio.create_task(stream(s, rig.url, body))
+        seen = await watch(s, rig.url, task)
         tokens = await task
-        after = await scrape(s, served.url)
-    assert len(tokens) == 120
+        after = await scrape(s, rig.url)
+    # Chunks with text: a token that ends inside a multi-byte character arrives with the next one.
+    assert len(tokens) > 60
     busy = [m for t, m in seen if tokens[0] < t < tokens[-1]]
     assert busy, "no scrape landed during the decode"
     assert all(value(m, RUNNING) == 1 and value(m, WAITING) == 0 for m in busy)
@@ -156,18 +204,18 @@ async def test_during_decode_tokens_and_heartbeat_move_while_one_runs(served: Se
     assert value(after, RUNNING) == 0 and value(after, KV) == 0
 
 
-async def test_during_a_long_chunked_prefill_only_the_heartbeat_moves(served: Served) -> None:
+async def test_during_a_long_chunked_prefill_only_the_heartbeat_moves(rig: Rig) -> None:
     """About 3,000 prompt tokens in steps of 256: the KV gauge rises step by step while the token
     counters stand still until the first token (vLLM counts prompt tokens when a prefill ends)."""
     words = " ".join(f"w{i % 97}" for i in range(1400))
     messages = [{"role": "user", "content": f"Repeat these words: {words}"}]
     body = {"model": MODEL, "messages": messages, "max_tokens": 2, "temperature": 0}
     async with aiohttp.ClientSession() as s:
-        before = await scrape(s, served.url)
-        task = asyncio.create_task(stream(s, served.url, body))
-        seen = await watch(s, served.url, task)
+        before = await scrape(s, rig.url)
+        task = asyncio.create_task(stream(s, rig.url, body))
+        seen = await watch(s, rig.url, task)
         first = (await task)[0]
-        after = await scrape(s, served.url)
+        after = await scrape(s, rig.url)
     prompt = value(after, PROMPT) - value(before, PROMPT)
     assert prompt > 8 * CHUNK, f"the prompt was {prompt} tokens, too short to take many steps"
     prefill = [m for t, m in seen if t < first and value(m, RUNNING) == 1]
@@ -179,18 +227,18 @@ async def test_during_a_long_chunked_prefill_only_the_heartbeat_moves(served: Se
     assert kv == sorted(kv)
 
 
-async def test_a_request_beyond_max_num_seqs_is_in_the_waiting_gauge(served: Served) -> None:
+async def test_a_request_beyond_max_num_seqs_is_in_the_waiting_gauge(rig: Rig) -> None:
     body = {"model": MODEL, "messages": HELLO, "max_tokens": 60, "temperature": 0, "ignore_eos": True}
     async with aiohttp.ClientSession() as s:
-        tasks = asyncio.gather(*(stream(s, served.url, body) for _ in range(3)))
+        tasks = asyncio.gather(*(stream(s, rig.url, body) for _ in range(3)))
         waiter = asyncio.ensure_future(tasks)
-        seen = await watch(s, served.url, waiter)
+        seen = await watch(s, rig.url, waiter)
         await waiter
     loads = {(value(m, RUNNING), value(m, WAITING)) for _, m in seen}
     assert (2.0, 1.0) in loads, loads
 
 
-async def test_the_lora_adapter_answers_as_transformers_with_peft_does(served: Served) -> None:
+async def test_the_lora_adapter_answers_as_transformers_with_peft_does(rig: Rig) -> None:
     """Greedy token ids from vLLM, base and adapter, against transformers (+ peft) on the same
     prompt ids: the adapter changes the answer, and vLLM applies it exactly."""
     prompt = [2, 105, 2364, 107, 6974, 23391, 1902, 236761, 106, 107, 105, 4368, 107]
@@ -198,7 +246,7 @@ async def test_the_lora_adapter_answers_as_transformers_with_peft_does(served: S
 
     async def ids(model: str) -> list[int]:
         body = {"model": model, "prompt": prompt, "max_tokens": n, "temperature": 0, "return_token_ids": True}
-        async with aiohttp.ClientSession() as s, s.post(served.url + "/v1/completions", json=body) as resp:
+        async with aiohttp.ClientSession() as s, s.post(rig.url + "/v1/completions", json=body) as resp:
             assert resp.status == 200, await resp.text()
             return list((await resp.json())["choices"][0]["token_ids"])
 
@@ -207,15 +255,149 @@ async def test_the_lora_adapter_answers_as_transformers_with_peft_does(served: S
 
     def reference(*extra: str) -> list[int]:
         out = vllm_env.tool(
-            "greedy", str(served.base), "--prompt-ids", json.dumps(prompt), "--max-tokens", str(n), *extra
+            "greedy", str(rig.base), "--prompt-ids", json.dumps(prompt), "--max-tokens", str(n), *extra
         )
         return list(json.loads(out))
 
     assert base_ids == await asyncio.to_thread(reference)
-    assert lora_ids == await asyncio.to_thread(reference, "--adapter", str(served.adapter))
+    assert lora_ids == await asyncio.to_thread(reference, "--adapter", str(rig.adapter))
 
 
-async def test_no_false_wedge_in_all_of_the_above(served: Served) -> None:
+async def test_no_false_wedge_in_all_of_the_above(rig: Rig) -> None:
     """The supervisor watched every test of this module at its default windows."""
-    kinds = [r["kind"] for r in served.ledger.query("SELECT kind FROM events")]
+    kinds = [r["kind"] for r in rig.ledger.query("SELECT kind FROM events")]
     assert "wedge" not in kinds and "restart" not in kinds, kinds
+
+
+# --- the wedges: each leaves the next life ready ----------------------------------------------
+
+
+@dataclass
+class Wedge:
+    """What one wedge did: the life it struck, what the client saw and when, the new life."""
+
+    life_id: str
+    pgid: int
+    target: int
+    error: openai.APIError | None
+    chunks: int
+    released: float  # seconds from the act to the client's release
+    next_life: str
+
+
+async def wedge(rig: Rig, title: str, act: Callable[[int], None]) -> Wedge:
+    """Stream a long answer through the proxy, ``act`` on the process titled ``title`` after a
+    few chunks, and wait for the client's release and the next ready life."""
+    await rig.sup.wait_ready()
+    life = rig.sup.current
+    assert life is not None and life.proc.pid is not None
+    pgid = life.proc.pid
+    target = role_pid(pgid, title)
+    assert target is not None, f"no {title} in the server's process group"
+    client = openai.AsyncOpenAI(base_url=rig.proxy.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    stream = await client.chat.completions.create(
+        model=MODEL,
+        messages=HELLO,
+        max_tokens=2000,
+        temperature=0,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    chunks, acted, error = 0, 0.0, None
+    try:
+        async for _ in stream:
+            chunks += 1
+            if chunks == 5:
+                act(target)
+                acted = time.monotonic()
+    except openai.APIError as exc:
+        error = exc
+    released = time.monotonic() - acted
+    assert acted, f"the stream ended after {chunks} chunks, before the act"
+    await eventually_async(lambda: rig.sup.life_id not in (None, life.life_id), NEXT_LIFE, what="a new life")
+    await asyncio.wait_for(rig.sup.wait_ready(), NEXT_LIFE)
+    assert rig.sup.life_id is not None
+    return Wedge(life.life_id, pgid, target, error, chunks, released, rig.sup.life_id)
+
+
+async def served(rig: Rig) -> None:
+    """The next request is served, through the same proxy, by the new life."""
+    client = openai.AsyncOpenAI(base_url=rig.proxy.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    again = await client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=4, temperature=0)
+    assert again.usage is not None and again.usage.completion_tokens == 4
+
+
+def the_request(rig: Rig, life_id: str) -> dict[str, Any]:
+    """The proxy's row of the wedged stream (the only long request on that life)."""
+    rows = rig.rows("SELECT * FROM requests WHERE life_id = ? AND client_stream = 1", (life_id,))
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def life_row(rig: Rig, life_id: str) -> dict[str, Any]:
+    [row] = rig.rows("SELECT * FROM server_life_view WHERE life_id = ?", (life_id,))
+    return row
+
+
+def gone(w: Wedge) -> None:
+    """No process of the wedged life's group is left, the stopped one included."""
+    assert not group_alive(w.pgid)
+    assert state(w.target) is None
+
+
+async def test_sigstop_of_the_engine_core_is_a_wedge_with_evidence(rig: Rig) -> None:
+    """/health stays 200 and /metrics answers frozen: the heartbeat rule finds it; the proxy ends
+    the stream; the evidence holds a py-spy dump of every process, the stopped one included."""
+    w = await wedge(rig, "VLLM::EngineCore", lambda pid: os.kill(pid, signal.SIGSTOP))
+    assert w.error is not None and w.released < RELEASE_HANG, (w.error, w.released)
+    assert isinstance(w.error.body, dict) and w.error.body.get("code") in ("stall_midstream", "stall_ttft")
+    row = the_request(rig, w.life_id)
+    assert is_infra_outcome(row["outcome"]), row
+    [event] = [
+        detail(r) for r in rig.rows("SELECT * FROM events WHERE kind = 'wedge'") if r["life_id"] == w.life_id
+    ]
+    assert event["source"] == "metrics", event
+    assert event["running"] == 1, event
+    ended = life_row(rig, w.life_id)
+    assert ended["end_reason"] == "wedge"
+    gone(w)
+
+    evidence = event["evidence"]
+    where = Path(evidence["dir"])
+    assert where.parent == Path(ended["log_path"]).parent
+    assert w.target in evidence["pids"] and w.pgid in evidence["pids"]
+    dumps = {d["pid"]: d for d in evidence["py_spy"]}
+    assert set(dumps) == set(evidence["pids"])
+    stopped = dumps[w.target]
+    assert stopped["ok"] and stopped["state"] == "T", stopped
+    assert "Thread" in (where / stopped["file"]).read_text()
+    assert evidence["metrics"]["ok"], evidence["metrics"]
+    frozen = (where / "metrics.txt").read_text()
+    assert 'vllm:num_requests_running{engine="0",model_name="gemma3-270m"} 1.0' in frozen
+    tail = (where / "log-tail.txt").read_text()
+    assert len(tail.splitlines()) == 200 and tail in Path(ended["log_path"]).read_text()
+    await served(rig)
+
+
+async def test_the_execute_model_timeout_error_event_is_an_upstream_failure(rig: Rig) -> None:
+    """A stopped Worker: after VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS the engine gives up, the begun
+    stream gets an error event after its HTTP 200, and the server exits."""
+    w = await wedge(rig, "VLLM::Worker", lambda pid: os.kill(pid, signal.SIGSTOP))
+    assert w.error is not None, "the client saw no error"
+    row = the_request(rig, w.life_id)
+    assert row["http_status"] == 200 and is_infra_outcome(row["outcome"]), row
+    assert life_row(rig, w.life_id)["end_reason"] in ("crash", "wedge")
+    gone(w)
+    await served(rig)
+
+
+async def test_sigkill_of_the_engine_core_is_an_upstream_failure_and_a_new_life(rig: Rig) -> None:
+    w = await wedge(rig, "VLLM::EngineCore", lambda pid: os.kill(pid, signal.SIGKILL))
+    assert w.error is not None and w.released < RELEASE_ERROR, (w.error, w.released)
+    row = the_request(rig, w.life_id)
+    assert row["http_status"] == 200 and is_infra_outcome(row["outcome"]), row
+    # vLLM's API server answers 500 for a moment before it exits: the canary the error event
+    # triggered may fail first (a wedge, source canary), or the exit be seen first (a crash).
+    assert life_row(rig, w.life_id)["end_reason"] in ("crash", "wedge")
+    gone(w)
+    await served(rig)
