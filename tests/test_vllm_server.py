@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import signal
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,11 +64,6 @@ CHUNK = 256
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 GENERATED, PROMPT = "vllm:generation_tokens_total", "vllm:prompt_tokens_total"
 KV, ITERATIONS = "vllm:kv_cache_usage_perc", "vllm:iteration_tokens_total_count"
-RELEASE_HANG = 15.0
-"""The issue's bound for a frozen engine at default settings: the 8 s heartbeat window, two 1 s
-scrapes, and room for a loaded machine."""
-RELEASE_ERROR = 5.0
-"""The bound where the server itself answers with an error."""
 NEXT_LIFE = 300.0
 """A new life: stop, start (about 30 s here on a quiet machine), warm-up; generous for a loaded one."""
 
@@ -108,9 +102,9 @@ async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
     sup = Supervisor(cfg, ledger=ledger, bus=bus)
     await sup.start()
     detach = sup.attach(bus)
-    # on_wedge = "fail": the client of a wedged life is released with an error (the bound these
-    # tests hold the real engine to); the default, "resume", would hold it for the next life and
-    # continue its stream there (test_vllm_run.py runs with the default).
+    # on_wedge = "fail": the client of a wedged life is released with an error (what these tests
+    # hold the real engine to; how soon is `bench vllm`'s); the default, "resume", would hold it
+    # for the next life and continue its stream there (test_vllm_run.py runs with the default).
     proxy = Proxy(sup, WatchdogConfig(on_wedge="fail"), ledger=ledger, bus=bus, feed=sup.feed)
     await proxy.start()
     rig = Rig(sup, proxy, ledger, lora, base)
@@ -281,7 +275,6 @@ class Wedge:
     target: int
     error: openai.APIError | None
     chunks: int
-    released: float  # seconds from the act to the client's release
     next_life: str
 
 
@@ -303,21 +296,20 @@ async def wedge(rig: Rig, title: str, act: Callable[[int], None]) -> Wedge:
         stream=True,
         extra_body={"ignore_eos": True},
     )
-    chunks, acted, error = 0, 0.0, None
+    chunks, acted, error = 0, False, None
     try:
         async for _ in stream:
             chunks += 1
             if chunks == 5:
                 act(target)
-                acted = time.monotonic()
+                acted = True
     except openai.APIError as exc:
         error = exc
-    released = time.monotonic() - acted
     assert acted, f"the stream ended after {chunks} chunks, before the act"
     await eventually_async(lambda: rig.sup.life_id not in (None, life.life_id), NEXT_LIFE, what="a new life")
     await asyncio.wait_for(rig.sup.wait_ready(), NEXT_LIFE)
     assert rig.sup.life_id is not None
-    return Wedge(life.life_id, pgid, target, error, chunks, released, rig.sup.life_id)
+    return Wedge(life.life_id, pgid, target, error, chunks, rig.sup.life_id)
 
 
 async def served(rig: Rig) -> None:
@@ -349,8 +341,11 @@ async def test_sigstop_of_the_engine_core_is_a_wedge_with_evidence(rig: Rig) -> 
     """/health stays 200 and /metrics answers frozen: the heartbeat rule finds it; the proxy ends
     the stream; the evidence holds a py-spy dump of every process, the stopped one included."""
     w = await wedge(rig, "VLLM::EngineCore", lambda pid: os.kill(pid, signal.SIGSTOP))
-    assert w.error is not None and w.released < RELEASE_HANG, (w.error, w.released)
+    # Released by the heartbeat's verdict, not by a request deadline: how soon is `bench vllm`'s to
+    # measure (docs/benchmarks.md), not a wall-clock bound here.
+    assert w.error is not None
     assert isinstance(w.error.body, dict) and w.error.body.get("code") in ("stall_midstream", "stall_ttft")
+    assert "engine stopped" in str(w.error.body.get("message")), w.error.body
     row = the_request(rig, w.life_id)
     assert is_infra_outcome(row["outcome"]), row
     [event] = [
@@ -393,7 +388,9 @@ async def test_the_execute_model_timeout_error_event_is_an_upstream_failure(rig:
 
 async def test_sigkill_of_the_engine_core_is_an_upstream_failure_and_a_new_life(rig: Rig) -> None:
     w = await wedge(rig, "VLLM::EngineCore", lambda pid: os.kill(pid, signal.SIGKILL))
-    assert w.error is not None and w.released < RELEASE_ERROR, (w.error, w.released)
+    # Released by the server's own error, not by a deadline (how soon: `bench vllm`).
+    assert w.error is not None and isinstance(w.error.body, dict), w.error
+    assert w.error.body.get("code") not in ("stall_midstream", "stall_ttft", "total_timeout"), w.error.body
     row = the_request(rig, w.life_id)
     assert row["http_status"] == 200 and is_infra_outcome(row["outcome"]), row
     # vLLM's API server answers 500 for a moment before it exits: the canary the error event
