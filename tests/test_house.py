@@ -88,7 +88,9 @@ def test_a_module_over_400_lines_says_why_in_its_docstring(tmp_path: Path) -> No
     assert _long_and_silent(ROOT / "src" / "wedgewatch") == []
     # The rule can fail: a long module that does not say why is named.
     (tmp_path / "big.py").write_text('"""A module."""\n' + "x = 1\n" * 401)
-    (tmp_path / "said.py").write_text('"""A module, long because its one idea is.\n\nMore."""\n' + "x = 1\n" * 401)
+    (tmp_path / "said.py").write_text(
+        '"""A module, long because its one idea is.\n\nMore."""\n' + "x = 1\n" * 401
+    )
     assert _long_and_silent(tmp_path) == ["big.py"]
 
 
