@@ -98,7 +98,6 @@ async def test_vllm_45526_an_engine_hung_in_a_prefill_is_a_wedge_before_any_toke
     assert t.next_served is True
 
 
-@pytest.mark.long
 async def test_vllm_48966_an_engine_death_with_exit_status_0_is_a_crash(tmp_path: Path) -> None:
     t = await one_trial("vLLM #48966", tmp_path)
     # The server's own error event reached the client after HTTP 200: an infrastructure outcome.
