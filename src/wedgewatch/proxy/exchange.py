@@ -125,6 +125,7 @@ class Exchange:
         self.legs: list[str] = []  # the request ids this request had before a resume, oldest first
         self.prior_tokens = 0  # tokens relayed by the legs before this one
         self.resumes = 0
+        self._no_resume = False  # a resume found no next life: the request fails as it is
         # Waiting on the upstream (its headers or its next bytes), not on the client: what the
         # supervisor counts as work held on the life (``Proxy.held_on``). A client slow to read
         # holds the proxy in a write, and a server that has finished is not wedged by it.
@@ -486,7 +487,7 @@ class Exchange:
         unless the life under the request is being replaced and the request goes on there."""
         self._abort_upstream()
         extra = dict(extra or {})
-        turn = await self._resumable(outcome, message, extra)
+        turn = None if self._no_resume else await self._resumable(outcome, message, extra)
         if turn is not None:
             raise turn
         obj = error_object(err_type, outcome, message)
@@ -566,7 +567,7 @@ class Exchange:
         try:
             await router.after(self.life.life_id, self.ctx.cfg.restart_wait)
         except Exception as exc:  # no life within restart_wait, or the supervisor gave up
-            self.resumes = self.ctx.cfg.max_resumes  # no second try at resuming
+            self._no_resume = True  # no second try at resuming
             why = f"no next life: {exc}"
             return await self._fail(
                 turn.outcome, 502, "upstream_error", turn.message, {**turn.extra, "not_resumed": why}
