@@ -283,3 +283,18 @@ def pg_url(pg_server: object) -> str:
 
     assert isinstance(pg_server, PgServer)
     return pg_server.new_database()
+
+
+async def read_cut(resp: Any) -> tuple[bytes, bool]:
+    """An aiohttp response's body as far as it came, and whether it was cut short: a stream that
+    failed once begun ends with its error event and then no last chunk (proxy/http.py
+    ``cut_short``), which aiohttp raises on as an incomplete payload."""
+    import aiohttp
+
+    body = bytearray()
+    try:
+        async for piece in resp.content.iter_any():
+            body.extend(piece)
+    except aiohttp.ClientPayloadError:
+        return bytes(body), True
+    return bytes(body), False

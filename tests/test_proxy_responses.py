@@ -185,9 +185,14 @@ async def test_endings_the_simulator_does_not_send_are_read_as_a_responses_clien
                     ev.type
                     async for ev in await client.responses.create(model="m", input="DONE", stream=True)
                 ]
-                # The server's own error event goes on as it came: the SDK hands it over as an event.
+                # The server's own error event goes on as it came: the SDK hands it over as an
+                # event; then the stream is cut short (a failed stream: no last chunk), which the
+                # SDK raises on as its HTTP client's incomplete read.
                 events = await client.responses.create(model="m", input="ERROR", stream=True)
-                seen = [ev async for ev in events]
+                seen = []
+                with pytest.raises(openai.APIConnectionError):
+                    async for ev in events:
+                        seen.append(ev)
             finally:
                 await proxy.stop()
             rows = [dict(r) for r in ledger.query("SELECT * FROM requests ORDER BY started_at")]

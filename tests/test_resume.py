@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from conftest import read_cut
 from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.stack.servers import Stack
@@ -59,18 +60,21 @@ def _body(stream: bool, **extra: Any) -> dict[str, Any]:
 
 
 async def _stream(url: str, **extra: Any) -> tuple[int, list[dict[str, Any]], int]:
-    """Status, the data chunks, and how many [DONE] lines the client read."""
+    """Status, the data chunks, and how many [DONE] lines the client read (a failed stream, cut
+    short after its error event, has none)."""
     chunks: list[dict[str, Any]] = []
     done = 0
     async with (
         aiohttp.ClientSession() as s,
         s.post(url + "/v1/chat/completions", json=_body(True, **extra)) as r,
     ):
-        async for line in r.content:
+        raw, cut = await read_cut(r)
+        for line in raw.split(b"\n"):
             if line.startswith(b"data: [DONE]"):
                 done += 1
             elif line.startswith(b"data: "):
                 chunks.append(json.loads(line[6:]))
+        assert cut == (done == 0)
         return r.status, chunks, done
 
 

@@ -22,7 +22,7 @@ import aiohttp
 import anthropic
 import openai
 
-from conftest import sse_events
+from conftest import read_cut, sse_events
 from wedgewatch.base import vocab
 from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
@@ -86,7 +86,10 @@ def _legs(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 async def _raw(url: str, path: str, body: dict[str, Any]) -> tuple[int, list[tuple[str | None, Any]]]:
     async with aiohttp.ClientSession() as s, s.post(url + path, json=body) as r:
-        return r.status, sse_events(await r.read())
+        raw, cut = await read_cut(r)
+        events = sse_events(raw)
+        assert cut == (events[-1][0] == "error")  # a failed stream is cut short after its error
+        return r.status, events
 
 
 def _ids_hold(events: list[tuple[str | None, dict[str, Any]]]) -> None:

@@ -40,7 +40,12 @@ async def ask(session: aiohttp.ClientSession, url: str, text: str, max_tokens: i
         async with session.post(
             url + "/v1/chat/completions", json=body, timeout=aiohttp.ClientTimeout(total=CLIENT_WAIT)
         ) as resp:
-            data = await resp.read()
+            data = b""
+            try:
+                async for piece in resp.content.iter_any():
+                    data += piece
+            except aiohttp.ClientPayloadError:
+                pass  # a failed stream ends cut short, after its error event (proxy/http.py)
             return Answer(resp.status, resp.headers.get("x-wedgewatch-request-id"), data, time.time())
     except (aiohttp.ClientError, TimeoutError) as exc:
         return Answer(None, None, b"", time.time(), f"{type(exc).__name__}: {exc}")

@@ -90,8 +90,14 @@ async def _one(session: aiohttp.ClientSession, url: str, body: bytes, key: bytes
 
 async def _stream(session: aiohttp.ClientSession, url: str, body: bytes, key: bytes, w: Window) -> None:
     while time.monotonic() < w.end:
+        before = w.errors
         try:
             await _one(session, url, body, key, w)
+        except aiohttp.ClientPayloadError as exc:
+            if w.errors == before:  # else a failed stream, cut short after its error event: counted
+                w.errors += 1
+                if len(w.error_samples) < 5:
+                    w.error_samples.append(f"{type(exc).__name__}: {exc}")
         except (aiohttp.ClientError, OSError) as exc:
             w.errors += 1
             if len(w.error_samples) < 5:

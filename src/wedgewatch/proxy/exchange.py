@@ -52,7 +52,13 @@ from wedgewatch.proxy.dialects.chat import Relay, StreamRelay, decode
 from wedgewatch.proxy.dialects.chat_bytes import snippet
 from wedgewatch.proxy.dialects.typed import TypedRelay
 from wedgewatch.proxy.ending import Ending
-from wedgewatch.proxy.http import REQUEST_ID_HEADER, error_object, error_response, forward_headers
+from wedgewatch.proxy.http import (
+    REQUEST_ID_HEADER,
+    cut_short,
+    error_object,
+    error_response,
+    forward_headers,
+)
 from wedgewatch.proxy.replay import Replay
 from wedgewatch.proxy.replies import error_verdict, read_capped, whole_body
 from wedgewatch.proxy.resume import Relayed, Splice, continuation
@@ -463,9 +469,10 @@ class Exchange:
             # Already forwarded as the stream's last data line; the SDK raises on it.
             await self._end(outcome, 200, {"error": message})
             try:
-                await self.out.write_eof(b"".join(self._tail))
+                await self.out.write(b"".join(self._tail))
             except _CLIENT_GONE:
                 pass
+            cut_short(self.request)  # an incomplete message: curl exits non-zero (http.py)
             return self.out
         if outcome == CLIENT_ERROR:  # the request's own fault, as the server said it
             await self._end(outcome, code, {"error": message})
@@ -497,9 +504,9 @@ class Exchange:
         await self._end(outcome, 200, {"error": message, **extra})
         try:
             await self.out.write(b"".join(self.relay.release()) + self.relay.error_frame(obj))
-            await self.out.write_eof()
         except _CLIENT_GONE:
             pass
+        cut_short(self.request)  # an incomplete message: curl exits non-zero (http.py)
         return self.out
 
     # --- resume (resume.py) ----------------------------------------------------------------------

@@ -52,3 +52,14 @@ def error_response(status: int, obj: Mapping[str, Any], request_id: str | None =
         content_type="application/json",
         headers=headers,
     )
+
+
+def cut_short(request: web.Request) -> None:
+    """End a begun stream that failed (its error event written) without HTTP/1.1's last chunk:
+    the connection closes once the written bytes are flushed, so the response is an incomplete
+    message (RFC 9112 §7.1), as nginx ends one whose upstream failed mid-body. The status was 200
+    and cannot change; this is what a client that does not read the error event sees: curl exits
+    18 (``transfer closed with outstanding read data remaining``), requests, httpx and aiohttp
+    raise. The SDKs raise on the error event before they come to the end (docs/wrap.md)."""
+    if request.transport is not None:
+        request.transport.close()
