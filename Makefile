@@ -88,6 +88,7 @@ bench: $(STAMP)
 	$(BIN)/wedgewatch bench vllm
 	$(BIN)/wedgewatch bench detection
 	$(BIN)/wedgewatch bench faults
+	$(BIN)/wedgewatch bench resume
 	$(BIN)/wedgewatch bench scale
 
 # Regenerates the one lock from pyproject.toml, every extra included (needs network to PyPI).
