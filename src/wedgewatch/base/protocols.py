@@ -88,7 +88,7 @@ class Resumable(Protocol):
 
     def continuation(self, member: Upstream) -> str | None:
         """How ``member``'s server continues a reply the proxy has begun to relay (a profile's
-        ``continuation``: ``continue`` or ``prefill``), None when it cannot."""
+        ``continuation``: ``token_ids``, ``continue`` or ``prefill``), None when it cannot."""
         ...
 
 

@@ -63,6 +63,7 @@ from wedgewatch.proxy.replay import Replay
 from wedgewatch.proxy.replies import error_verdict, read_capped, whole_body
 from wedgewatch.proxy.resume import Relayed, Splice, continuation
 from wedgewatch.proxy.shared import Shared
+from wedgewatch.proxy.token_ids import COMPLETIONS, TOKEN_IDS, ask, with_budget
 from wedgewatch.proxy.upstream import post
 from wedgewatch.wire.sse import SSEParser
 
@@ -131,6 +132,8 @@ class Exchange:
         self.legs: list[str] = []  # the request ids this request had before a resume, oldest first
         self.prior_tokens = 0  # tokens relayed by the legs before this one
         self.resumes = 0
+        self.hide_ids = False  # the proxy asked for token ids the client did not (token_ids.py)
+        self.leg_path: str | None = None  # where this leg goes when not ``path`` (a completion)
         self._no_resume = False  # a resume found no next life: the request fails as it is
         # Waiting on the upstream (its headers or its next bytes), not on the client: what the
         # supervisor counts as work held on the life (``Proxy.held_on``). A client slow to read
@@ -231,6 +234,11 @@ class Exchange:
         payload = asked.payload
         if self.ctx.cfg.fingerprints:
             self.arrival.hash_body(asked.body)
+        if isinstance(self.relay, Relay) and self.relay.sent is not None and self._by_ids_here():
+            # The ids the server generates, kept with the chunks for an exact continuation.
+            self.asked, own = ask(asked)
+            payload, self.hide_ids = self.asked.payload, not own
+            self.relay.hide_ids = self.hide_ids
         if self.arrival.unavailable is not None:
             return await self._fail(CONNECTION, 502, "upstream_error", self.arrival.unavailable)
         while True:
@@ -287,7 +295,7 @@ class Exchange:
         headers["Accept-Encoding"] = "identity"  # SSE must not be buffered by a compressor
         headers["Content-Type"] = "application/json"
         query = f"?{self.request.query_string}" if self.request.query_string else ""
-        url = self.base_url + self.path + query
+        url = self.base_url + (self.leg_path or self.path) + query
         self._fetch = asyncio.ensure_future(post(self.ctx.session, url, payload, headers, self.request_id))
         try:
             self._resp = await self._fetch
@@ -511,6 +519,12 @@ class Exchange:
 
     # --- resume (resume.py) ----------------------------------------------------------------------
 
+    def _by_ids_here(self) -> bool:
+        """Whether this request's server continues a reply from its token ids (the profile's
+        ``continuation``), so the ids are asked for as the reply is relayed."""
+        router = self.router
+        return isinstance(router, Resumable) and router.continuation(self.upstream) == TOKEN_IDS
+
     async def _resumable(self, outcome: str, message: str, extra: dict[str, Any]) -> _Resume | None:
         """The resume of a request whose life is being replaced, or None (then ``extra`` may say
         why a replaced life's request was not resumed). A stall is resumed only when the verdict
@@ -610,7 +624,28 @@ class Exchange:
             self.prior_tokens = 0
         self.stall, self._ended, self._start_written = None, False, False
         self._held, self._tail = [], []
+        if isinstance(self.relay, Relay):
+            self.relay.hide_ids = self.hide_ids
+        self.leg_path = None
+        if turn.relayed is not None and turn.relayed.by_ids:
+            return await self._from_ids(turn.relayed, turn.payload)
         return turn.payload
+
+    async def _from_ids(self, relayed: Relayed, payload: bytes) -> bytes:
+        """A continuation from token ids goes to /v1/completions, with the token budget a chat
+        request without a limit had (what the next life's context leaves: token_ids.py); by its
+        text, as on a server without ids, when that life does not say its context."""
+        assert self.asked is not None
+        headers = forward_headers(self.request.headers, drop=("accept-encoding", "content-encoding"))
+        budgeted = await with_budget(self.ctx.session, self.base_url, headers, payload)
+        if budgeted is not None:
+            self.leg_path = COMPLETIONS
+            return budgeted
+        relayed.by_ids = False
+        body, _ = continuation(self.kind, self.asked.body, relayed, "continue")
+        if body is None:  # the text route refuses what the ids took (a prompt of ids): as it is
+            return payload
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
     async def _client_gone(self) -> web.StreamResponse:
         self._abort_upstream()
@@ -635,6 +670,8 @@ class Exchange:
         detail = {**detail, **self.arrival.detail()}
         if self.legs:  # a resumed request: the leg this one continues
             detail["resumes"] = self.legs[-1]
+        if self.leg_path is not None:  # continued from token ids: a completion (token_ids.py)
+            detail["sent_to"] = self.leg_path
         end = Ending(
             request_id=self.request_id,
             attempt_id=self.attempt_id,

@@ -11,7 +11,9 @@ sends each again instead (docs/proxy.md, "Resume"):
   of the reply (chat: a last assistant message, with ``continue_final_message`` where the server
   needs it; completions: the prompt plus the text), and the continuation's chunks go on in the
   client's stream under its first id, without a second role chunk, with the usage summed and one
-  ``[DONE]``.
+  ``[DONE]``. Where the server returns the token ids it generated and takes ids as a prompt
+  (vLLM), the continuation is given the ids instead, exactly (``token_ids.py``): a completion
+  whose chunks become the client's, its usage the uninterrupted reply's.
 
 What cannot be continued exactly fails as without resume, and the row says why: ``n`` > 1, log
 probabilities, a tool call or reasoning begun, a server whose profile has no way to continue.
@@ -27,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wedgewatch.proxy.dialects.assemble import Kind
+from wedgewatch.proxy.dialects.chat_bytes import progress_of
+from wedgewatch.proxy.token_ids import TOKEN_IDS, as_leg, completion_body, why_not
 
 
 @dataclass
@@ -41,10 +45,16 @@ class Relayed:
     created: Any = None
     model: Any = None
     blocker: str | None = None  # why the text is not enough to continue
+    # The token ids (vLLM's ``return_token_ids``; token_ids.py): the prompt's, from the stream's
+    # first chunk, and those generated so far (None once a chunk with text came without its ids).
+    kind: Kind = "chat"
+    prompt_ids: list[int] | None = None
+    token_ids: list[int] | None = field(default_factory=list)
+    by_ids: bool = False  # continued from the ids (``continuation``): the next leg is a completion
 
     @classmethod
     def read(cls, kind: Kind, payloads: list[bytes], tokens: int) -> Relayed:
-        out = cls(tokens=tokens)
+        out = cls(tokens=tokens, kind=kind)
         for data in payloads:
             try:
                 chunk = json.loads(data)
@@ -58,8 +68,11 @@ class Relayed:
                     chunk.get("created"),
                     chunk.get("model"),
                 )
+            if out.prompt_ids is None and isinstance(chunk.get("prompt_token_ids"), list):
+                out.prompt_ids = chunk["prompt_token_ids"]  # a chat stream's first chunk
             for choice in chunk.get("choices") or ():
                 out._see(kind, choice)
+                out._ids(choice)
         return out
 
     def _see(self, kind: Kind, choice: Any) -> None:
@@ -81,6 +94,18 @@ class Relayed:
             self.blocker = "reasoning text was begun"
         self.text += str(delta.get("content") or "")
 
+    def _ids(self, choice: Any) -> None:
+        if not isinstance(choice, dict):
+            return
+        if self.prompt_ids is None and isinstance(choice.get("prompt_token_ids"), list):
+            self.prompt_ids = choice["prompt_token_ids"]  # a completion stream's first chunk
+        ids = choice.get(TOKEN_IDS)
+        if isinstance(ids, list):
+            if self.token_ids is not None:
+                self.token_ids += ids
+        elif progress_of({"choices": [choice]}):
+            self.token_ids = None  # text without its ids: the ids cannot say what was generated
+
 
 def continuation(
     kind: Kind, body: dict[str, Any], relayed: Relayed, how: str | None
@@ -98,13 +123,16 @@ def continuation(
         return None, "several choices (n > 1)"
     if body.get("logprobs"):
         return None, "log probabilities were asked for"
+    if how == TOKEN_IDS and relayed.prompt_ids and relayed.token_ids and why_not(kind, body) is None:
+        relayed.by_ids = True  # exact: the next leg is given the ids (token_ids.py)
+        return completion_body(kind, body, relayed.prompt_ids, relayed.token_ids), ""
     out = copy.deepcopy(body)
     if kind == "chat":
         messages = out.get("messages")
         if not isinstance(messages, list):
             return None, "the request has no messages"
         out["messages"] = [*messages, {"role": "assistant", "content": relayed.text}]
-        if how == "continue":
+        if how in ("continue", TOKEN_IDS):  # ids missing: their text, as on any vLLM
             out["continue_final_message"] = True
             out["add_generation_prompt"] = False
     else:
@@ -151,7 +179,9 @@ class Splice:
                 ):
                     return None
         usage = chunk.get("usage")
-        if isinstance(usage, dict):
+        if r.by_ids:  # a completion given the ids: made the client's chunk, its usage exact
+            as_leg(chunk, r.kind, len(r.token_ids or ()))
+        elif isinstance(usage, dict):
             for key in ("completion_tokens", "total_tokens"):
                 if isinstance(usage.get(key), int):
                     usage[key] += r.tokens

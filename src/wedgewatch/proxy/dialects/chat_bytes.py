@@ -21,6 +21,35 @@ _TEXT_KEYS = (b'"content":"', b'"reasoning_content":"', b'"reasoning":"', b'"tex
 _FINISH = re.compile(rb'"finish_reason"\s*:\s*"([^"]*)"')
 
 
+# A list of token ids: as vLLM writes it (compact), found by bytes; with any spacing, by a regex.
+# Inside a JSON string every `"` is escaped, so `"token_ids"` can only be a real key; a list of
+# ints holds no `]`.
+_IDS_AT = b'token_ids":['
+_ID_LISTS = re.compile(rb'("(?:prompt_)?token_ids"\s*:\s*)\[[^\]]*\]')
+
+
+def hide_ids(data: bytes) -> bytes:
+    """A chunk's data as vLLM sends it to a client that did not ask for token ids (the proxy did,
+    proxy/token_ids.py): each list of ids (``token_ids``, ``prompt_token_ids``) replaced by null.
+    A chunk without one is returned as it is. On every chunk of such a stream: a few byte
+    searches, not a regex, for the compact JSON vLLM writes."""
+    i = data.find(_IDS_AT)
+    if i < 0:
+        return _ID_LISTS.sub(rb"\1null", data) if b'token_ids"' in data else data
+    parts: list[bytes] = []
+    at = 0
+    while i >= 0:
+        end = data.find(b"]", i)
+        if end < 0:
+            break
+        if data[i - 1 : i] == b'"' or data[max(0, i - 8) : i] == b'"prompt_':  # not another key's end
+            parts += (data[at : i + len(_IDS_AT) - 1], b"null")
+            at = end + 1
+        i = data.find(_IDS_AT, end)
+    parts.append(data[at:])
+    return b"".join(parts)
+
+
 def snippet(data: bytes, limit: int = 300) -> str:
     """The start of a payload as one line of text, for an error message or a row."""
     text = data[: limit * 4].decode("utf-8", "replace").strip().replace("\n", " ")
