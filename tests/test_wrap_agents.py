@@ -111,7 +111,6 @@ def _audit_reruns_nothing(tmp_path: Path, *results: str, suite: Path | None = No
     return audit
 
 
-@pytest.mark.long
 @pytest.mark.parametrize("api", ["chat", "responses"])
 @pytest.mark.parametrize("mode", ["stream", "once"])
 def test_the_openai_agents_sdk_under_wrap_loses_no_task_to_a_wedge(
