@@ -263,3 +263,24 @@ def test_stop_kills_a_group_that_ignores_sigterm_children_included(tmp_path: Pat
     assert time.monotonic() - t0 >= 0.5
     assert code == -signal.SIGKILL
     assert not group_alive(proc.pid)
+
+
+@pytest.mark.parametrize("restart_on_wedge", [True, False])
+def test_a_new_request_is_not_sent_to_a_wedged_life_whose_replacement_comes(restart_on_wedge: bool) -> None:
+    """Between the wedge verdict and the restart, the pool offers no life when the wedged one will
+    be replaced (a new request waits for the next, the proxy's restart_wait), and keeps offering it
+    when it will not (``restart_on_wedge`` off: the proxy's deadlines deal with its requests)."""
+    from wedgewatch.supervisor import Supervisor
+    from wedgewatch.supervisor.life import Life
+    from wedgewatch.supervisor.pool import Pool
+    from wedgewatch.supervisor.process import AdoptedServer
+
+    sup = Supervisor(ServerConfig(profile="sim", restart_on_wedge=restart_on_wedge))
+    life = Life(
+        "life-w", AdoptedServer("http://127.0.0.1:1", None), [], "t", 0.0, WedgeDetector(8.0), ready=True
+    )
+    sup._life = life  # the state the supervisor's own wedge handler leaves it in, set here directly
+    pool = Pool([sup])
+    assert pool.life() is not None and pool.life_id == "life-w"  # a ready life, before the verdict
+    life.wedged = True
+    assert (pool.life() is None) == restart_on_wedge

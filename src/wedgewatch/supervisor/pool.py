@@ -229,9 +229,12 @@ class Pool:
 
     @staticmethod
     def has_life(m: Supervisor) -> bool:
-        """Any current life, a wedged one included (kept when ``restart_on_wedge`` is off: its
-        requests then meet the proxy's deadlines, as they would on one server)."""
-        return m.current is not None
+        """Any current life that stays: a wedged one kept when ``restart_on_wedge`` is off (its
+        requests then meet the proxy's deadlines, as they would on one server). A wedged life
+        whose replacement is coming is no life to send a new request to: the request waits for
+        the next one (the proxy's ``restart_wait``) instead of joining the wedge."""
+        life = m.current
+        return life is not None and not (life.wedged and m.cfg.restart_on_wedge)
 
     def _first(self, test: Callable[[Supervisor], bool]) -> Supervisor | None:
         return next((m for m in self.members if test(m)), None)
