@@ -1,5 +1,6 @@
 """A real vLLM (the CPU build, bundled Gemma 3 270M) against what wedgewatch assumes of it, and
-wedged the ways it really wedges. One supervised server for the module, started with the seed's
+wedged the ways it really wedges; long because every test here shares one server (an engine
+start costs about a minute and most of the machine). One supervised server for the module, started with the seed's
 configuration (the ``hybrid-safe`` argument set and a LoRA adapter the tests make with peft: rank
 8, B matrices non-zero), behind the watchdog proxy, at wedgewatch's default settings but one:
 ``on_wedge = "fail"``, so a wedged life's client is released with an error rather than resumed
@@ -14,12 +15,14 @@ Then each wedge test wedges the current life and leaves the next one ready: SIGS
 EngineCore mid-stream (``/health`` stays 200, ``/metrics`` freezes: the heartbeat rule), the
 execute-model timeout (a stopped Worker; vLLM gives the begun stream an SSE error event after its
 HTTP 200, then exits), and SIGKILL of the EngineCore (the same error event, then the server is
-gone). A stopped Worker caught by the heartbeat is the freeze of ``test_vllm_run.py``.
+gone). A stopped Worker caught by the heartbeat is the freeze of ``test_vllm_run.py``. Last, the
+default ``on_wedge = "resume"`` through a second proxy on the same server: a frozen stream goes on
+on the next life from the token ids the proxy kept, and reads as a stream never frozen.
 
 The server runs with ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=4`` (vLLM's default is 300): below the
 8 s heartbeat window, so the engine's own timeout speaks first; a stopped EngineCore is not
 affected (it is the EngineCore that keeps that timeout). ``--max-num-seqs 2`` so a third request
-waits; prefill steps of 256 tokens so a long prompt takes many steps. Four engine starts in all.
+waits; prefill steps of 256 tokens so a long prompt takes many steps. Five engine starts in all.
 """
 
 from __future__ import annotations
@@ -40,12 +43,14 @@ import pytest_asyncio
 
 from vllm_helpers import ADAPTER, HELLO, VLLM_GROUP, adapter, config, detail, provision, role_pid, state
 from wedgewatch.base.events import Event, EventBus
-from wedgewatch.base.vocab import is_infra_outcome
+from wedgewatch.base.vocab import OK, RESUMED, is_infra_outcome
+from wedgewatch.bench.continuation import PROMPTS, compare
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.launchers import vllm_env
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor import Supervisor, profiles
+from wedgewatch.supervisor.pool import Pool
 from wedgewatch.supervisor.process import group_alive
 from wedgewatch.testing import eventually_async
 from wedgewatch.wire import promtext
@@ -257,6 +262,17 @@ async def test_the_lora_adapter_answers_as_transformers_with_peft_does(rig: Rig)
     assert lora_ids == await asyncio.to_thread(reference, "--adapter", str(rig.adapter))
 
 
+async def test_a_reply_cut_at_the_end_of_a_line_is_continued_exactly_from_its_ids(rig: Rig) -> None:
+    """The proxy's two ways of continuing a begun reply, called as the proxy calls them
+    (bench/continuation.py): from the token ids, the client reads the one-go text and usage,
+    after 7 tokens and where the text read so far ends in a newline (which the chat template
+    trims from a text continuation's last message: ``bench continuation`` counts those)."""
+    figures = await compare(rig.url, prompts=PROMPTS[1:2], splits=(7,), tokens=30)
+    for group in ("at_splits", "at_newlines"):
+        assert figures[group]["cases"] == 1, figures
+        assert figures[group]["ids"] == {"exact": 1, "usage_exact": 1}, figures
+
+
 async def test_no_false_wedge_in_all_of_the_above(rig: Rig) -> None:
     """The supervisor watched every test of this module at its default windows."""
     kinds = [r["kind"] for r in rig.ledger.query("SELECT kind FROM events")]
@@ -398,3 +414,94 @@ async def test_sigkill_of_the_engine_core_is_an_upstream_failure_and_a_new_life(
     assert life_row(rig, w.life_id)["end_reason"] in ("crash", "wedge")
     gone(w)
     await served(rig)
+
+
+# --- resume, the default: a second proxy on the same server -----------------------------------
+
+COUNT = [{"role": "user", "content": "Count from one to twenty in words, separated by commas."}]
+
+
+async def read_stream(
+    url: str, body: dict[str, Any], act: Callable[[], None] | None = None, after: int = 8
+) -> tuple[list[dict[str, Any]], int]:
+    """A streamed chat answer's chunks, and how many ``[DONE]`` lines came; ``act`` once the
+    ``after``-th chunk with text is read. Patient: a resumed stream waits for the next life."""
+    chunks, done, texts = [], 0, 0
+    parser = SSEParser()
+    timeout = aiohttp.ClientTimeout(total=2 * NEXT_LIFE)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as s,
+        s.post(url + "/v1/chat/completions", json=body) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+        async for raw in resp.content.iter_any():
+            for ev in parser.feed(raw):
+                if ev.data is None:
+                    continue
+                if ev.is_done:
+                    done += 1
+                    continue
+                chunks.append(ev.json())
+                if chunks[-1]["choices"] and chunks[-1]["choices"][0]["delta"].get("content"):
+                    texts += 1
+                    if texts == after and act is not None:
+                        act()
+    return chunks, done
+
+
+def said(chunks: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
+    """Each chunk's delta and finish reason: what a client reads of a stream, chunk by chunk."""
+    return [(c["choices"][0]["delta"], c["choices"][0]["finish_reason"]) for c in chunks if c["choices"]]
+
+
+async def test_a_frozen_stream_resumed_from_its_token_ids_reads_as_never_frozen(rig: Rig) -> None:
+    """SIGSTOP of the EngineCore mid-stream at temperature 0, at the defaults (``on_wedge =
+    "resume"``): the heartbeat rule finds the frozen engine, the next life continues the stream
+    from the token ids the proxy kept (a completion of the prompt's ids and the generated ones),
+    and the client reads what an uninterrupted stream gave: each chunk's text and finish, the
+    usage, one id, one role chunk, one ``[DONE]``, and no ids it did not ask for."""
+    await rig.sup.wait_ready()
+    pool = Pool([rig.sup])
+    proxy = Proxy(pool, WatchdogConfig(), ledger=rig.ledger, bus=rig.proxy.bus, feed=pool.feed)
+    await proxy.start()
+    body = {
+        "model": MODEL,
+        "messages": COUNT,
+        "max_tokens": 60,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    life = rig.sup.current
+    assert life is not None and life.proc.pid is not None
+    target = role_pid(life.proc.pid, "VLLM::EngineCore")
+    assert target is not None
+    try:
+        whole, _ = await read_stream(proxy.url, body)
+        frozen, done = await read_stream(proxy.url, body, lambda: os.kill(target, signal.SIGSTOP))
+    finally:
+        await proxy.stop()
+        if state(target) == "T":
+            os.kill(target, signal.SIGCONT)
+    assert said(frozen) == said(whole) and len(said(whole)) > 40
+    assert frozen[-1]["usage"] == whole[-1]["usage"] and whole[-1]["usage"]["completion_tokens"] == 60
+    assert len({c["id"] for c in frozen}) == 1 and done == 1
+    assert [c for c in said(frozen) if "role" in c[0]] == [({"role": "assistant", "content": ""}, None)]
+    # The proxy asked for the ids; the client did not: it reads null, as from vLLM without them.
+    assert "prompt_token_ids" in frozen[0] and frozen[0]["prompt_token_ids"] is None
+    assert all(c["choices"][0]["token_ids"] is None for c in frozen[1:] if c["choices"])
+
+    legs = rig.rows("SELECT * FROM requests WHERE life_id = ? AND client_stream = 1", (life.life_id,))
+    cut = [q for q in legs if q["outcome"] == RESUMED]
+    assert len(cut) == 1 and cut[0]["tokens_out"] >= 8, legs
+    [after] = [
+        q for q in rig.rows("SELECT * FROM requests") if detail(q).get("resumes") == cut[0]["request_id"]
+    ]
+    assert after["outcome"] == OK and after["life_id"] not in (None, life.life_id)
+    assert detail(after)["sent_to"] == "/v1/completions"  # from the ids, not the text
+    [wedged] = [
+        detail(r)
+        for r in rig.rows("SELECT * FROM events WHERE kind = 'wedge'")
+        if r["life_id"] == life.life_id
+    ]
+    assert wedged["source"] == "metrics", wedged

@@ -25,7 +25,7 @@ def bench_continuation(
     """Five prompts at temperature 0, each reply cut after 7, 30 and 45 tokens and continued the
     two ways the proxy resumes a stream: by its text (continue_final_message) and from its token
     ids (/v1/completions). Counts the cases whose client read exactly the one-go text and usage.
-    Against the bundled vLLM on this CPU: one engine start, about 3 minutes on 2 cores."""
+    Against the bundled vLLM on this CPU: one engine start, about 80 s in all on 2 cores."""
     from wedgewatch.bench.continuation import run
 
     if tokens <= 45:
