@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from ledger_helpers import outcomes
@@ -90,8 +91,23 @@ def test_a_suite_on_ray_ends_as_on_the_local_executor(tmp_path: Path, cluster: R
     # Resources declared per attempt, as a real config would (half a CPU, 256 MiB).
     resources = "num_cpus = 0.5\nmemory_mb = 256\n"
     on_cluster = load_config(on_ray(path, cluster.address, proxy_host=outward, more=resources))
+    refused: list[int] = []
+
+    def probe(ctx: RunContext) -> None:
+        async def knock() -> None:
+            # The proxy bound beyond loopback is no open door: without the run's key (which only
+            # its agents were given), a request is refused.
+            url = await eventually_async(lambda: ctx.proxy_url, timeout=120, what="the proxy's URL")
+            async with aiohttp.ClientSession() as s:
+                for headers in ({}, {"Authorization": "Bearer wedgewatch"}):
+                    async with s.get(url + "/v1/models", headers=headers) as r:
+                        refused.append(r.status)
+
+        ctx.loop.create_task(knock())  # type: ignore[union-attr]
+
     assert runner_main.start(local, run_id="local").end_mark == "finished"
-    assert runner_main.start(on_cluster, run_id="ray").end_mark == "finished"
+    assert runner_main.start(on_cluster, run_id="ray", on_context=probe).end_mark == "finished"
+    assert refused == [401, 401]
     with Ledger(local.run.ledger) as lg:
         by_local = outcomes(lg, "local")
     with Ledger(on_cluster.run.ledger) as lg:

@@ -30,5 +30,6 @@ class RayConfig(Section):
     proxy_host: str = "127.0.0.1"
     """The interface the run's proxy binds when attempts run on Ray, and the host in the URL each
     attempt's agent is given. Loopback (the default) serves workers on this machine only; on a
-    cluster of several hosts, an address of this machine that every worker node reaches. The
-    proxy has no authentication: open it only on a network the cluster alone uses."""
+    cluster of several hosts, an address of this machine that every worker node reaches. Beyond
+    loopback the proxy takes an incoming key made for each execution, which only the run's agents
+    are given: no open door."""

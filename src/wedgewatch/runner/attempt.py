@@ -94,6 +94,7 @@ async def run_attempt(ctx: RunContext, inst: Instance, attempt_no: int) -> str:
         model=requested_model(ctx.cfg),
         cfg=ctx.cfg,
         make_sandbox=ctx.make_sandbox,
+        api_key=ctx.agent_key,
     )
     if ctx.executor is None:
         ctx.executor = LocalExecutor()

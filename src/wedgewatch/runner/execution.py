@@ -25,7 +25,7 @@ from typing import Any
 from wedgewatch import __version__
 from wedgewatch.base.errors import BadInput, LedgerConflict, ServerError, SuiteError
 from wedgewatch.base.events import Event, Restarting, Stalled
-from wedgewatch.base.protocols import SandboxFactory
+from wedgewatch.base.protocols import AgentTask, SandboxFactory
 from wedgewatch.base.vocab import (
     ABORTED,
     API_ERROR,
@@ -48,6 +48,7 @@ from wedgewatch.runner.state import RunContext
 from wedgewatch.runner.timings import Span
 from wedgewatch.sandbox import groups
 from wedgewatch.suites.load import Suite
+from wedgewatch.wire import access
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +276,11 @@ async def execute(
     eff = effective(cfg)
     total = ledger.query("SELECT COUNT(*) FROM run_instances WHERE run_id = ?", (run_id,))[0][0]
     executor = executors.get_executor(eff)  # an unknown one, or Ray not installed: before any mark
-    stack = Stack(eff.members(), eff.watchdog, ledger=ledger, run_id=run_id)
+    # A proxy bound beyond loopback (attempts on a Ray cluster of several hosts) is no open door:
+    # it takes an incoming key made for this execution, which only this run's agents are given
+    # (in their jobs, never in a row or a log line: wire/access.py).
+    agent_key = None if access.is_loopback(executors.proxy_host(eff)) else secrets.token_urlsafe(24)
+    stack = Stack(eff.members(), eff.watchdog, ledger=ledger, run_id=run_id, api_key=agent_key)
     pool = stack.pool
     ctx = RunContext(
         cfg=eff,
@@ -288,6 +293,7 @@ async def execute(
         is_infra=is_infra_outcome,
         loop=asyncio.get_running_loop(),
         executor=executor,
+        agent_key=agent_key or "wedgewatch",  # the key an agent gives a proxy that asks none
     )
 
     # A planned recycle waits for the attempts in flight on its server (supervisor/drain.py), and

@@ -74,6 +74,7 @@ class RunContext:
     executor: Executor | None = None  # None: the local executor (runner/executors/local.py)
     lost_workers: dict[str, int] = field(default_factory=dict)  # instance_id -> in this execution
     runner_id: str | None = None  # this process's row in `runners` (runner/lease.py)
+    agent_key: str = "wedgewatch"  # what the agents present to the proxy (a key when it needs one)
 
     def agent_base_url(self, attempt_id: str) -> str:
         """Where the attempt's agent sends its requests: its own path on the proxy, or (without

@@ -36,3 +36,4 @@ class AttemptJob:
     model: str  # what the agent puts in each request's `model`
     cfg: Config  # the effective config (the agent's settings, the sandbox's)
     make_sandbox: SandboxFactory
+    api_key: str = "wedgewatch"  # what the agent presents to the proxy (its key off loopback)

@@ -32,6 +32,7 @@ def work(job: AttemptJob) -> AgentEnding:
             base_url=job.base_url,
             model=job.model,
             trajectory_path=job.adir / "trajectory.json",
+            api_key=job.api_key,
         )
         t1 = time.perf_counter()
         try:
