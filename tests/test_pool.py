@@ -120,7 +120,8 @@ def test_a_wedge_on_one_member_restarts_only_it_and_the_outcomes_equal_one_serve
         )
         ended = lg.query("SELECT status, reason, life_id FROM attempt_ends")
         assert checks.problems(lg) == []
-        by_member = summarise(lg, "pool")["server"]["by_member"]
+        summary = summarise(lg, "pool")
+        by_member = summary["server"]["by_member"]
     assert by_member["s0"] == {"lives": 1, "restarts": 0} == by_member["s2"]
     assert by_member["s1"]["lives"] == by_member["s1"]["restarts"] + 1 >= 2  # what `report` shows
 
@@ -143,6 +144,7 @@ def test_a_wedge_on_one_member_restarts_only_it_and_the_outcomes_equal_one_serve
     assert not [e for e in ended if e["reason"] == "server_restarted"]
     resumed = [q for q in requests if q["outcome"] == "resumed"]
     assert resumed and {member_of[q["life_id"]] for q in resumed} == {"s1"}
+    assert summary["resumed"] == len(resumed)  # what `report` and `compare` show
 
     # Work was spread over the members, and each attempt's requests stayed on one life, but for
     # the resume that moved them off the wedged one.

@@ -26,6 +26,7 @@ from wedgewatch.base.vocab import (
     PENDING,
     RECOVERED,
     RESOLVED,
+    RESUMED,
     STALL_KINDS,
 )
 from wedgewatch.ledger import queries
@@ -48,6 +49,7 @@ def _infra(s: dict[str, Any]) -> dict[str, Any]:
         "harness_error_attempts": by[HARNESS_ERROR],
         "interrupted_attempts": by[INTERRUPTED],
         "stalls": s["stalls"],
+        RESUMED: s.get(RESUMED, 0),
         "restarts": s["server"]["restarts"],
         "wedges": s["server"]["wedges"],
         "crashes": s["server"]["crashes"],
@@ -281,6 +283,7 @@ def render_text(r: dict[str, Any]) -> str:
     ]
     rows += [[f"stalls: {k}", ia["stalls"][k], ib["stalls"][k]] for k in STALL_KINDS]
     rows += [
+        ["requests resumed on the next life", ia[RESUMED], ib[RESUMED]],
         ["server restarts", ia["restarts"], ib["restarts"]],
         ["wedges detected", ia["wedges"], ib["wedges"]],
         ["seconds lost", round(ia["infra_seconds"], 1), round(ib["infra_seconds"], 1)],

@@ -26,6 +26,7 @@ from wedgewatch.base.vocab import (
     PENDING,
     RECOVERED,
     RESOLVED,
+    RESUMED,
     RETRIED,
     RUN_ENDED,
     RUNNING,
@@ -110,6 +111,9 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
         },
         "requests": dict(sorted(requests.items())),
         "stalls": stalls,
+        # Requests whose life was replaced under them and that went on on the next one (the
+        # proxy's resume): each cost its attempt nothing.
+        RESUMED: requests.get(RESUMED, 0),
         "server": {
             "lives": len(lives),
             "restarts": len(restarts),
@@ -176,6 +180,7 @@ def render_text(s: dict[str, Any]) -> str:
             + ", ".join(f"{k} {v}" for k, v in s["attempts"]["infra_reasons"].items())
         )
     lines.append("stalls: " + ", ".join(f"{k} {v}" for k, v in s["stalls"].items()))
+    lines.append(f"requests {RESUMED} on the next server life: {s.get(RESUMED, 0)}")
     srv = s["server"]
     lines.append(
         f"server lives {srv['lives']}, restarts {srv['restarts']}"
@@ -237,6 +242,9 @@ def render_table(s: dict[str, Any]) -> Any:
         t.add_row("", "", ", ".join(f"{k} {v}" for k, v in s["attempts"]["infra_reasons"].items()))
     t.add_row(
         "stalls", str(sum(s["stalls"].values())), ", ".join(f"{k} {v}" for k, v in s["stalls"].items() if v)
+    )
+    t.add_row(
+        RESUMED, str(s.get(RESUMED, 0)), "requests that went on on the next server life (no attempt lost)"
     )
     srv = s["server"]
     t.add_row(
