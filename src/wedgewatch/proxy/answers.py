@@ -22,13 +22,7 @@ from multidict import CIMultiDict
 
 from wedgewatch.base.clock import Timer
 from wedgewatch.base.protocols import LifeInfo, Router, Upstream
-from wedgewatch.base.vocab import (
-    CLIENT_DISCONNECT,
-    CLIENT_ERROR,
-    OK,
-    REPLY_TOO_LARGE,
-    upstream_http,
-)
+from wedgewatch.base.vocab import CLIENT_DISCONNECT, CLIENT_ERROR, OK, REPLY_TOO_LARGE, upstream_http
 from wedgewatch.proxy.arrival import Arrival
 from wedgewatch.proxy.body import Asked
 from wedgewatch.proxy.deadlines import Stall, Watch
@@ -36,13 +30,7 @@ from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat import StreamRelay, decode
 from wedgewatch.proxy.dialects.chat_bytes import snippet
 from wedgewatch.proxy.ending import Ending
-from wedgewatch.proxy.http import (
-    REQUEST_ID_HEADER,
-    cut_short,
-    error_object,
-    error_response,
-    forward_headers,
-)
+from wedgewatch.proxy.http import REQUEST_ID_HEADER, cut_short, error_object, error_response, forward_headers
 from wedgewatch.proxy.replies import error_verdict, read_capped, whole_body
 from wedgewatch.proxy.shared import Shared
 

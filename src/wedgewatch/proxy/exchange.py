@@ -38,11 +38,7 @@ from wedgewatch.proxy.dialects import make_relay
 from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat import Relay, StreamRelay
 from wedgewatch.proxy.dialects.typed import TypedRelay
-from wedgewatch.proxy.http import (
-    error_object,
-    error_response,
-    forward_headers,
-)
+from wedgewatch.proxy.http import error_object, error_response, forward_headers
 from wedgewatch.proxy.legs import Legs, Resume
 from wedgewatch.proxy.shared import Shared
 from wedgewatch.proxy.token_ids import ask

@@ -14,21 +14,14 @@ from typing import Any
 from aiohttp import web
 
 from wedgewatch.base.protocols import Resumable, Router
-from wedgewatch.base.vocab import (
-    RESUMABLE,
-    RESUMED,
-    STALL_KINDS,
-    UPSTREAM_HTTP_PREFIX,
-)
+from wedgewatch.base.vocab import RESUMABLE, RESUMED, STALL_KINDS, UPSTREAM_HTTP_PREFIX
 from wedgewatch.proxy.answers import Answers
 from wedgewatch.proxy.chat_replay import ChatReplay, refused
 from wedgewatch.proxy.deadlines import Watch
 from wedgewatch.proxy.dialects import make_relay
 from wedgewatch.proxy.dialects.chat import Relay
 from wedgewatch.proxy.dialects.typed import TypedRelay
-from wedgewatch.proxy.http import (
-    forward_headers,
-)
+from wedgewatch.proxy.http import forward_headers
 from wedgewatch.proxy.replay import Replay
 from wedgewatch.proxy.resume import Relayed, Splice, continuation
 from wedgewatch.proxy.token_ids import COMPLETIONS, TOKEN_IDS, with_budget
