@@ -84,6 +84,11 @@ def spawn_logged(
     return proc, pump
 
 
+EXIT_DRAIN = 1.0
+"""Seconds ``poll`` waits, once the server has exited, for the pump to write its last lines: the
+pipe closes with the last process holding it, so this is milliseconds, unless a grandchild that
+left the group still holds it (the pump then goes on, a daemon, and the log is read as it is)."""
+
 PUMP_JOIN = 5.0
 """Seconds a stop waits for the log pump to write the last lines of a group that is gone (a
 grandchild that left the group may hold the pipe open for ever: the thread is a daemon)."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from wedgewatch.base.errors import ServerStartError
 from wedgewatch.base.redact import Scrubber
 from wedgewatch.sandbox import reaper
-from wedgewatch.supervisor.logpump import PUMP_JOIN, spawn_logged
+from wedgewatch.supervisor.logpump import EXIT_DRAIN, PUMP_JOIN, spawn_logged
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,12 @@ class LocalServer:
         reaper.shared().listed(self._proc.pid)
 
     def poll(self) -> int | None:
-        return self._proc.poll() if self._proc else None
+        code = self._proc.poll() if self._proc else None
+        if code is not None and self._pump is not None and self._pump.is_alive():
+            # Its last lines reach the log before anyone reads why it exited (a bind failure is
+            # told by its log): the pump ends as soon as the pipe does, which the exit closes.
+            self._pump.join(EXIT_DRAIN)
+        return code
 
     def stop(self, grace: float) -> int | None:
         """SIGTERM the group, wait ``grace``, SIGKILL the group; return the leader's exit code.
