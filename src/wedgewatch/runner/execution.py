@@ -25,7 +25,7 @@ from typing import Any
 from wedgewatch import __version__
 from wedgewatch.base.errors import BadInput, LedgerConflict, ServerError, SuiteError
 from wedgewatch.base.events import Event, Restarting, Stalled
-from wedgewatch.base.protocols import AgentTask, SandboxFactory
+from wedgewatch.base.protocols import SandboxFactory
 from wedgewatch.base.vocab import (
     ABORTED,
     API_ERROR,
