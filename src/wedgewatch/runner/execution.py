@@ -276,9 +276,7 @@ async def execute(
     eff = effective(cfg)
     total = ledger.query("SELECT COUNT(*) FROM run_instances WHERE run_id = ?", (run_id,))[0][0]
     executor = executors.get_executor(eff)  # an unknown one, or Ray not installed: before any mark
-    # A proxy bound beyond loopback (attempts on a Ray cluster of several hosts) is no open door:
-    # it takes an incoming key made for this execution, which only this run's agents are given
-    # (in their jobs, never in a row or a log line: wire/access.py).
+    # Beyond loopback (Ray on several hosts) the proxy takes a key only this run's agents get.
     agent_key = None if access.is_loopback(executors.proxy_host(eff)) else secrets.token_urlsafe(24)
     stack = Stack(eff.members(), eff.watchdog, ledger=ledger, run_id=run_id, api_key=agent_key)
     pool = stack.pool
@@ -302,8 +300,7 @@ async def execute(
         lambda life_id: sum(1 for f in ctx.inflight.values() if f.ended_by is None and f.life_id == life_id)
     )
 
-    # With the proxy resuming requests in flight on the next life, a restart costs an attempt
-    # nothing: it goes on (a request that cannot be resumed fails, and its attempt with it).
+    # With requests resumed on the next life, a restart costs an attempt nothing: it goes on.
     resumes = eff.watchdog.enabled and not eff.watchdog.record_only and eff.watchdog.on_wedge == "resume"
 
     def on_event(ev: Event) -> None:
