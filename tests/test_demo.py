@@ -146,13 +146,16 @@ def test_an_instance_that_always_hangs_costs_the_story_fix_three_240_s_attempts(
         waits = [
             w * doc["time_scale"]
             for (w,) in db.execute(
-                "SELECT SUM(q.duration) FROM requests q JOIN attempts a ON a.attempt_id = q.attempt_id "
+                "SELECT MAX(q.duration) FROM requests q JOIN attempts a ON a.attempt_id = q.attempt_id "
                 "WHERE a.run_id = ? GROUP BY a.attempt_id ORDER BY a.attempt_no",
                 (run["run_id"],),
             )
         ]
-    assert len(waits) == 3 and all(216 <= w < 264 for w in waits), waits  # 240 s, +-10% of load
-    assert 3 * 216 <= run["hang_server_seconds"] < 3 * 264  # the story's 721-727 s
+    # Each attempt's hang is the client's 240 s deadline (+-10%: the client's own timer, in real
+    # time at the time scale); the hang time in all is three of them at least (the story's
+    # 721-727 s), more when a loaded machine slows the restart between the attempts.
+    assert len(waits) == 3 and all(216 <= w < 264 for w in waits), waits
+    assert run["hang_server_seconds"] >= 3 * 216
 
 
 # An agent that swallows API errors and "submits" anyway, as many harnesses' agents do. Its own
