@@ -143,14 +143,18 @@ def test_an_instance_that_always_hangs_costs_the_story_fix_three_240_s_attempts(
     assert run["infra_failed"] == 1 and run["of_which_hangs"] == 1  # scored against the model
     assert run["hung_attempts"] == 3 and run["restarts"] == 1  # restarted after two API errors
     with sqlite3.connect(out / "ledger.sqlite") as db:
-        waits = [
-            w * doc["time_scale"]
-            for (w,) in db.execute(
-                "SELECT MAX(q.duration) FROM requests q JOIN attempts a ON a.attempt_id = q.attempt_id "
-                "WHERE a.run_id = ? GROUP BY a.attempt_id ORDER BY a.attempt_no",
-                (run["run_id"],),
-            )
-        ]
+        rows = db.execute(
+            "SELECT a.attempt_no, q.duration, q.detail_json FROM requests q "
+            "JOIN attempts a ON a.attempt_id = q.attempt_id WHERE a.run_id = ? ORDER BY a.attempt_no",
+            (run["run_id"],),
+        ).fetchall()
+    # The client's 240 s run from its send; the proxy's row counts from when a ready life took the
+    # request, so a request that waited for one (after the restart) adds that wait back.
+    longest: dict[int, float] = {}
+    for attempt_no, duration, detail in rows:
+        waited = json.loads(detail or "{}").get("waited_for_life", 0.0)
+        longest[attempt_no] = max(longest.get(attempt_no, 0.0), (duration + waited) * doc["time_scale"])
+    waits = [longest[n] for n in sorted(longest)]
     # Each attempt's hang is the client's 240 s deadline (+-10%: the client's own timer, in real
     # time at the time scale); the hang time in all is three of them at least (the story's
     # 721-727 s), more when a loaded machine slows the restart between the attempts.

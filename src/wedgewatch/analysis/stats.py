@@ -21,6 +21,15 @@ __all__ = [
 ]
 
 
+def median(xs: list[float]) -> float:
+    """The median of finite numbers without overflow: ``statistics.median`` averages the middle
+    two as ``(a + b) / 2``, which is ``inf`` for two durations near the largest float (a result
+    file can hold anything; property tests found it)."""
+    s = sorted(xs)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else s[mid - 1] / 2 + s[mid] / 2
+
+
 def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for k successes in n trials (statsmodels' ``method='wilson'``).
     (nan, nan) for n=0."""

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import bisect
 import math
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from wedgewatch.analysis.stats import poisson_sf
+from wedgewatch.analysis.stats import median, poisson_sf
 
 OPENAI_SDK_TIMEOUT = 600.0  # the OpenAI Python SDK's default read timeout (and litellm's)
 COMMON_TIMEOUTS = (
@@ -160,7 +159,7 @@ def find_clusters(durations: list[float], alpha: float = ALPHA) -> list[Cluster]
             Cluster(
                 lo=vals[0],
                 hi=vals[-1],
-                center=statistics.median(vals),
+                center=median(vals),
                 count=len(vals),
                 p_value=p,
                 members=sorted(pts[q][1] for q in members),

@@ -15,7 +15,6 @@ An instance not resolved is suspicious with ``status``, ``api_error`` or ``clust
 from __future__ import annotations
 
 import re
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,7 +140,7 @@ def scan(paths: list[Path], hints: list[float] | None = None) -> dict[str, Any]:
 def _describe(ds: list[float]) -> dict[str, Any]:
     if not ds:
         return {"n": 0}
-    return {"n": len(ds), "min": min(ds), "median": statistics.median(ds), "max": max(ds)}
+    return {"n": len(ds), "min": min(ds), "median": stats.median(ds), "max": max(ds)}
 
 
 def _inst_dict(i: Instance) -> dict[str, Any]:
