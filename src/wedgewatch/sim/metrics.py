@@ -8,6 +8,7 @@ moment: a frozen engine reports nothing new.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -28,6 +29,24 @@ def _hist(name: str, doc: str, h: Histogram, labels: list[str]) -> HistogramMetr
     return fam
 
 
+@dataclass(frozen=True)
+class Families:
+    """Gauges and counters of one label set: every series the simulator shows is one model's."""
+
+    labels: list[str]
+    values: list[str]
+
+    def gauge(self, name: str, doc: str, v: float) -> GaugeMetricFamily:
+        g = GaugeMetricFamily(name, doc, labels=self.labels)
+        g.add_metric(self.values, v)
+        return g
+
+    def counter(self, name: str, doc: str, v: float) -> CounterMetricFamily:
+        c = CounterMetricFamily(name, doc, labels=self.labels)
+        c.add_metric(self.values, v)
+        return c
+
+
 class EngineCollector(Collector):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -36,17 +55,8 @@ class EngineCollector(Collector):
         e = self.engine
         m = e.metrics_view()
         lv = [e.served_names[0], "0"]
-
-        def gauge(name: str, doc: str, v: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(name, doc, labels=LABELS)
-            g.add_metric(lv, v)
-            return g
-
-        def counter(name: str, doc: str, v: float) -> CounterMetricFamily:
-            c = CounterMetricFamily(name, doc, labels=LABELS)
-            c.add_metric(lv, v)
-            return c
-
+        families = Families(LABELS, lv)
+        gauge, counter = families.gauge, families.counter
         yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.", m.running)
         yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", m.waiting)
         capacity = e.scenario.server.kv_cache_tokens

@@ -19,10 +19,11 @@ from collections.abc import Iterator
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from wedgewatch.sim.engine import Engine
+from wedgewatch.sim.metrics import Families
 
 HEALTH_TIMEOUT = 20.0
 """Server seconds SGLang's /health and /health_generate wait for the scheduler before a 503
@@ -40,17 +41,8 @@ class SglangCollector(Collector):
         e = self.engine
         m = e.metrics_view()
         lv = [e.served_names[0]]
-
-        def gauge(name: str, doc: str, v: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(name, doc, labels=LABELS)
-            g.add_metric(lv, v)
-            return g
-
-        def counter(name: str, doc: str, v: float) -> CounterMetricFamily:
-            c = CounterMetricFamily(name, doc, labels=LABELS)
-            c.add_metric(lv, v)
-            return c
-
+        families = Families(LABELS, lv)
+        gauge, counter = families.gauge, families.counter
         yield gauge("sglang:num_running_reqs", "The number of running requests.", m.running)
         yield gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", m.waiting)
         capacity = e.scenario.server.kv_cache_tokens
