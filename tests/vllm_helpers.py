@@ -32,8 +32,8 @@ def provision() -> Path:
 
 
 def adapter(factory: pytest.TempPathFactory) -> Path:
-    """The tests' LoRA adapter (peft, rank 8, B non-zero), made once per test session: in the
-    folder every xdist worker's temporary root shares, under a lock."""
+    """The tests' LoRA adapter (peft, rank 8, B non-zero, seeded: the same adapter every time),
+    made once in the folder every xdist worker's temporary root shares, under a lock."""
     base = provision()
     root = factory.getbasetemp().parent
     target = root / "vllm-lora"

@@ -148,7 +148,7 @@ def ensure_model(directory: Path | None = None) -> Path:
 
 
 def tool(*args: str, timeout: float = _PREPARE_TIMEOUT) -> str:
-    """Run ``vllm_tools.py ARGS`` in vLLM's venv; its stdout (a LoRA adapter, greedy ids)."""
+    """Run ``vllm_tools.py ARGS`` in vLLM's venv; its stdout (a LoRA adapter, scores)."""
     python = ensure_env()
     proc = subprocess.run(
         [str(python), str(TOOLS), *args],

@@ -6,10 +6,13 @@ has none of them (docs/real-servers.md, "vLLM here"). Commands:
 
 - ``model GGUF OUT``: the bundled GGUF dequantized once (bf16) into a safetensors folder vLLM can
   load (vLLM no longer reads GGUF itself, and the GGUF plugin's dequant kernels need CUDA);
-- ``lora BASE OUT``: a small LoRA adapter on BASE (peft, rank 8), its B matrices set non-zero
-  (peft starts them at zero, and such an adapter changes nothing);
-- ``greedy BASE [--adapter DIR] --prompt-ids JSON --max-tokens N``: the token ids transformers (with
-  peft for an adapter) generates greedily, as JSON on stdout: what vLLM must reproduce.
+- ``lora BASE OUT``: a small LoRA adapter on BASE (peft, rank 8, seeded), its B matrices set
+  non-zero (peft starts them at zero, and such an adapter changes nothing);
+- ``score BASE [--adapter DIR] --prompt-ids JSON --ids JSON``: how transformers (with peft for an
+  adapter) scores the given continuation of the prompt, teacher-forced, as JSON on stdout: per
+  token its log probability, and the model's own top token and its log probability. A test holds
+  vLLM's greedy ids and log probabilities to it; comparing greedy ids alone flakes, since two bf16
+  implementations may break a near-tie differently and the texts then part for good.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ def make_lora(base: Path, out: Path) -> None:
 
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.bfloat16)
     config = LoraConfig(r=_LORA_RANK, lora_alpha=2 * _LORA_RANK, target_modules=_LORA_TARGETS)
+    # peft draws the A matrices from torch's global generator: seeded, every run has one adapter.
+    torch.manual_seed(_LORA_SEED)
     peft_model = get_peft_model(model, config)
     generator = torch.Generator().manual_seed(_LORA_SEED)
     with torch.no_grad():
@@ -85,8 +90,10 @@ def make_lora(base: Path, out: Path) -> None:
     peft_model.save_pretrained(str(out))
 
 
-def greedy(base: Path, adapter: Path | None, prompt_ids: list[int], max_tokens: int) -> list[int]:
-    """The ids transformers generates greedily after ``prompt_ids`` (the prompt excluded)."""
+def score(
+    base: Path, adapter: Path | None, prompt_ids: list[int], ids: list[int]
+) -> list[dict[str, float | int]]:
+    """Each of ``ids`` scored after ``prompt_ids`` and the ids before it, in one forward pass."""
     torch = _torch()
     from transformers import AutoModelForCausalLM
 
@@ -96,12 +103,21 @@ def greedy(base: Path, adapter: Path | None, prompt_ids: list[int], max_tokens: 
 
         model = PeftModel.from_pretrained(model, str(adapter))
     model.eval()
-    ids = torch.tensor([prompt_ids])
+    tokens = torch.tensor([prompt_ids + ids])
     with torch.no_grad():
-        out = model.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, do_sample=False
-        )
-    return [int(t) for t in out[0, len(prompt_ids) :]]
+        logits = model(tokens, attention_mask=torch.ones_like(tokens)).logits[0]
+    # The logits at position p predict the token at p + 1.
+    start = len(prompt_ids) - 1
+    logprobs = torch.log_softmax(logits[start : start + len(ids)].float(), dim=-1)
+    top = logprobs.max(dim=-1)
+    return [
+        {
+            "logprob": float(logprobs[i, token]),
+            "top": int(top.indices[i]),
+            "top_logprob": float(top.values[i]),
+        }
+        for i, token in enumerate(ids)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,19 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     lo = sub.add_parser("lora")
     lo.add_argument("base", type=Path)
     lo.add_argument("out", type=Path)
-    g = sub.add_parser("greedy")
+    g = sub.add_parser("score")
     g.add_argument("base", type=Path)
     g.add_argument("--adapter", type=Path)
     g.add_argument("--prompt-ids", required=True)
-    g.add_argument("--max-tokens", type=int, required=True)
+    g.add_argument("--ids", required=True)
     args = p.parse_args(argv)
     if args.command == "model":
         prepare_model(args.gguf, args.out)
     elif args.command == "lora":
         make_lora(args.base, args.out)
     else:
-        ids = greedy(args.base, args.adapter, json.loads(args.prompt_ids), args.max_tokens)
-        sys.stdout.write(json.dumps(ids) + "\n")
+        scores = score(args.base, args.adapter, json.loads(args.prompt_ids), json.loads(args.ids))
+        sys.stdout.write(json.dumps(scores) + "\n")
     return 0
 
 
