@@ -21,6 +21,12 @@ SERVED = "gemma-resume"
 PROMPT = [{"role": "user", "content": "Count from one to twenty in words, separated by commas."}]
 
 pytestmark = pytest.mark.long
+TRIES = 3
+"""Streams tried until a stop lands while the server is still writing the reply."""
+AT = 8
+"""Pieces of text the client has read when the server is stopped. Earlier is no cure for a fast
+server: cut after 2, the text route's continuation parts from the one-go text (a text is not
+always the tokens that made it; the id route, on vLLM, has no such case)."""
 
 
 def _server(tmp_path: Path) -> ServerConfig:
@@ -40,6 +46,29 @@ def _server(tmp_path: Path) -> ServerConfig:
     )
 
 
+async def _frozen_stream(client: openai.AsyncOpenAI, pid: int) -> tuple[list[str], set[str]]:
+    """One stream whose server is stopped (SIGSTOP: frozen, as a wedged engine is) once ``AT``
+    pieces of text have arrived, and let go when the stream has ended; its text and ids."""
+    stream = await client.chat.completions.create(
+        model=SERVED, messages=PROMPT, max_tokens=40, temperature=0, stream=True
+    )
+    parts: list[str] = []
+    ids: set[str] = set()
+    try:
+        async for chunk in stream:
+            ids.add(chunk.id)
+            if chunk.choices and chunk.choices[0].delta.content:
+                parts.append(chunk.choices[0].delta.content)
+                if len(parts) == AT:
+                    os.kill(pid, signal.SIGSTOP)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    return parts, ids
+
+
 async def test_a_frozen_real_stream_resumed_reads_as_one_never_frozen(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
     stack = Stack(_server(tmp_path), WatchdogConfig(), ledger=ledger)
@@ -53,23 +82,12 @@ async def test_a_frozen_real_stream_resumed_reads_as_one_never_frozen(tmp_path: 
         first = stack.supervisor.life_id
         [row] = ledger.query("SELECT pid FROM server_lives WHERE life_id = ?", (first,))
         pid = int(row["pid"])
-        stream = await client.chat.completions.create(
-            model=SERVED, messages=PROMPT, max_tokens=40, temperature=0, stream=True
-        )
-        parts: list[str] = []
-        ids: set[str] = set()
-        try:
-            async for chunk in stream:
-                ids.add(chunk.id)
-                if chunk.choices and chunk.choices[0].delta.content:
-                    parts.append(chunk.choices[0].delta.content)
-                    if len(parts) == 8:
-                        os.kill(pid, signal.SIGSTOP)  # frozen mid-stream, as a wedged engine is
-        finally:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        for _ in range(TRIES):
+            parts, ids = await _frozen_stream(client, pid)
+            if stack.supervisor.life_id != first:
+                break
+            # No wedge: the server had written its whole reply before the stop landed (a loaded
+            # machine's client reads far behind a fast server). Again, on the same life.
         second = stack.supervisor.life_id
     legs = [dict(r) for r in ledger.query("SELECT * FROM requests ORDER BY started_at")]
     ledger.close()
@@ -77,6 +95,6 @@ async def test_a_frozen_real_stream_resumed_reads_as_one_never_frozen(tmp_path: 
     assert len(ids) == 1  # one stream, one id
     assert second != first
     cut = [q for q in legs if q["outcome"] == "resumed"]
-    assert len(cut) == 1 and cut[0]["life_id"] == first and cut[0]["tokens_out"] >= 8
+    assert len(cut) == 1 and cut[0]["life_id"] == first and cut[0]["tokens_out"] >= AT
     [after] = [q for q in legs if json.loads(q["detail_json"]).get("resumes") == cut[0]["request_id"]]
     assert after["outcome"] == "ok" and after["life_id"] == second
