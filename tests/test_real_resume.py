@@ -25,8 +25,8 @@ TRIES = 3
 """Streams tried until a stop lands while the server is still writing the reply."""
 AT = 8
 """Pieces of text the client has read when the server is stopped. Earlier is no cure for a fast
-server: cut after 2, the text route's continuation parts from the one-go text (a text is not
-always the tokens that made it; the id route, on vLLM, has no such case)."""
+server: stopped after 2, the reply's next token came from a near-tie the continuation's prefill
+broke the other way ("array" for "representation") in two of three tries (docs/proxy.md)."""
 
 
 def _server(tmp_path: Path) -> ServerConfig:
