@@ -169,11 +169,15 @@ def prompt(tokens: int, word: str = "") -> str:
 
 
 async def test_a_60_s_prefill_ends_normally_no_stall_no_canary_no_restart(stack_factory: Any) -> None:
-    st = await stack_factory("long-prefill", 10.0, args=["--max-model-len", "131072"])
+    # At 4x, not 10x: a false alarm is the subject, and at 10x the 8 s heartbeat window is 0.8 s of
+    # wall time, which a loaded machine's scheduling once let pass with the gauge unread (a
+    # stall_ttft in a fresh clone beside two CPU hogs); 2 s is out of that noise.
+    scale = 4.0
+    st = await stack_factory("long-prefill", scale, args=["--max-model-len", "131072"])
     t0 = time.monotonic()
     reply = await chat(st.url, prompt(60_000))
     assert reply.status == 200 and len(reply.token_times) == 20
-    assert reply.token_times[0] - t0 >= 5.5  # 60 s of the server's prefill, at 10x
+    assert reply.token_times[0] - t0 >= 0.9 * 60 / scale  # 60 s of the server's prefill
     assert not {"stall", "wedge", "restart", "upstream_error"} & set(st.kinds())
     assert st.events_query("SELECT kind FROM events WHERE kind IN ('canary', 'wedge')") == []
     # The hard case really happened: prompt and generated tokens flat far past the heartbeat
@@ -210,7 +214,7 @@ async def test_a_preempted_request_that_resumes_is_not_a_stall(stack_factory: An
     # A long prompt first, a short one admitted after it: as both decode, the cache overflows and
     # the later admitted one is sent back mid-stream until the first one ends.
     before = await st.received()
-    a = asyncio.ensure_future(chat(st.url, prompt(11_800, "first"), max_tokens=400))
+    a = asyncio.ensure_future(chat(st.url, prompt(11_800, "first"), max_tokens=700))
 
     async def first_arrived() -> bool:
         return await st.received() > before
@@ -219,12 +223,15 @@ async def test_a_preempted_request_that_resumes_is_not_a_stall(stack_factory: An
     b = asyncio.ensure_future(chat(st.url, "second", max_tokens=400))
     ra, rb = await a, await b
     assert ra.status == 200 and rb.status == 200
-    assert len(ra.token_times) == 400 and len(rb.token_times) == 400
+    assert len(ra.token_times) == 700 and len(rb.token_times) == 400
     preempted = (await st.metrics()).total("vllm:num_preemptions_total")
     assert preempted is not None and preempted >= 1
     assert "stall" not in st.kinds() and "wedge" not in st.kinds()
+    # Silent past the stall deadline. The second is sent back when the two outgrow the cache (about
+    # 100 tokens each) until the first's 700 end: about 30 s of engine time, three deadlines (at
+    # 400, 1.5 deadlines: a loaded machine's later second request once made it 1.43).
     gap = max(y - x for x, y in zip(rb.token_times, rb.token_times[1:], strict=False))
-    assert gap > 1.5 * WatchdogConfig().engine_stall_timeout / 10  # silent past the stall deadline
+    assert gap > WatchdogConfig().engine_stall_timeout / 10
 
 
 async def assert_found_at_the_first_scrape_past_the_window(st: Seen) -> Wedged:

@@ -33,7 +33,13 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def write_config(
-    tmp_path: Path, ledger: str, *, interval: float = 1.0, timeout: float = 10.0, ids: list[str] | None = None
+    tmp_path: Path,
+    ledger: str,
+    *,
+    interval: float = 1.0,
+    timeout: float = 10.0,
+    ids: list[str] | None = None,
+    concurrency: int = 2,
 ) -> Path:
     scenario = tmp_path / "scenario.toml"
     scenario.write_text("[policy]\nskill = 0.5\n")
@@ -56,7 +62,7 @@ step_limit = 8
 [suite]
 ids = {json.dumps(ids or list(SEED2))}
 [run]
-concurrency = 2
+concurrency = {concurrency}
 ledger = "{ledger}"
 workdir = "{tmp_path / "work"}"
 time_scale = 4.0
@@ -91,7 +97,7 @@ def q(url: str, sql: str, *params: Any) -> list[Any]:
 
 
 def two_runners(
-    tmp_path: Path, url: str, run_id: str, ids: list[str] | None = None, **timing: float
+    tmp_path: Path, url: str, run_id: str, ids: list[str] | None = None, **timing: Any
 ) -> tuple[subprocess.Popen[bytes], ...]:
     """Runner A starts the run; runner B joins it as soon as the run exists. B's start (imports,
     its own simulator) ended 8.6 s after A's on a saturated machine, in a run that took 11 s at
@@ -285,7 +291,11 @@ def test_a_hung_runner_loses_its_work_when_its_lease_runs_out_and_then_stops(
     tmp_path: Path, pg_server: Any
 ) -> None:
     """SIGSTOP: its process is alive, so only its lease (on the database's clock) can tell."""
-    pair = _busy_pair(tmp_path, pg_server, "hang", "join", ids=list(SEED2)[:4], interval=0.5, timeout=3.0)
+    # One attempt at a time: A's four take twice as long as two by two, so B, slow to start on a
+    # loaded machine, finds work (two by two, A had once finished them all before B was up).
+    pair = _busy_pair(
+        tmp_path, pg_server, "hang", "join", ids=list(SEED2)[:4], interval=0.5, timeout=3.0, concurrency=1
+    )
     a, b, pg_url = pair.a, pair.b, pair.url
     try:
         stopped = time.time()
