@@ -58,6 +58,9 @@ async def test_capture_dumps_a_stopped_process_and_says_what_it_kept(
     log = tmp_path / "life-x.log"
     log.write_text("".join(f"line {i}\n" for i in range(500)))
     os.kill(child, signal.SIGSTOP)
+    # A sleeping process is woken to act on the signal and reads R until it is scheduled and stops:
+    # on a loaded machine, for a while (the capture once found it R).
+    eventually(lambda: state(child) == "T", timeout=30, what="the child stopped")
     where = evidence.evidence_dir(log, "life-x")
     kept = await evidence.capture(where, proc.pid, "http://127.0.0.1:9", log, None, None)
     os.kill(child, signal.SIGCONT)
