@@ -1,4 +1,7 @@
-"""wedgewatch/shopkit: money, a cart, stock, CSV lines and settings (bugs that span more code)."""
+"""wedgewatch/shopkit: money, a cart, stock, CSV lines and settings (bugs that span more code).
+
+Long because it is data: the bundled repository's source files, held here as strings, and the
+instances written against them; split, one repository would be read across several modules."""
 
 from __future__ import annotations
 
