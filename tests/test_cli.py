@@ -47,10 +47,11 @@ def test_a_command_imports_its_own_modules_only() -> None:
     assert _command_modules(["sim", "--port", "0"]) == ["sim"]
     assert _command_modules(["import-report", "x.json"]) == ["import_report"]
     assert _command_modules(["config", "schema"]) == ["config_cmd"]
-    bench = _command_modules(["bench", "proxy"])
-    assert bench[0] == "bench" and "bench_proxy" in bench and all(m.startswith("bench") for m in bench)
+    assert _command_modules(["bench", "proxy", "--streams", "1"]) == ["bench", "bench.proxy"]
+    whole = _command_modules(["bench"])
+    assert whole[0] == "bench" and "bench.proxy" in whole and all(m.startswith("bench") for m in whole)
     everything = _command_modules(["--help"])
-    assert {"sim", "run", "bench_proxy", "config_cmd"} <= set(everything)
+    assert {"sim", "run", "bench.proxy", "config_cmd"} <= set(everything)
     assert _command_modules(["no-such-command"]) == everything  # click lists them all in its error
 
 

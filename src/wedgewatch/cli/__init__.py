@@ -29,18 +29,31 @@ log = logging.getLogger(__name__)
 
 def _command_modules(argv: list[str]) -> list[str]:
     """The modules that register the command ``argv`` names: ``sim`` is ``sim.py``, ``import-report``
-    ``import_report.py``, ``config`` ``config_cmd.py``, a group such as ``bench`` ``bench.py`` and
-    its ``bench_*.py``. Every module when ``argv`` names none of them (``--help``, a typo: click
-    then lists every command). Importing one command, not twenty, is most of a short command's
-    start-up: each simulator a test or a supervisor starts saves a third of a CPU-second."""
-    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
-    command = next((a for a in argv if not a.startswith("-")), None)
-    if command is not None:
-        stem = command.replace("-", "_")
-        own = [n for n in names if n in (stem, f"{stem}_cmd") or n.startswith(f"{stem}_")]
+    ``import_report.py``, ``config`` ``config_cmd.py``; a group is a package, ``bench`` is ``bench/``
+    and ``bench proxy`` its ``bench/proxy.py`` (all of its modules when no sub-command is named). Every
+    module when ``argv`` names none of them (``--help``, a typo: click then lists every command).
+    Importing one command, not twenty, is most of a short command's start-up: each simulator a test
+    or a supervisor starts saves a third of a CPU-second."""
+    found = {m.name: m.ispkg for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
+    words = [a for a in argv if not a.startswith("-")]
+    if words:
+        stem = words[0].replace("-", "_")
+        own = [n for n in sorted(found) if n in (stem, f"{stem}_cmd")]
         if own:
-            return own
+            return own + _group_modules(own[0], words[1:]) if found[own[0]] else own
+    names: list[str] = []
+    for name in sorted(found):
+        names += [name, *(_group_modules(name, []) if found[name] else [])]
     return names
+
+
+def _group_modules(group: str, words: list[str]) -> list[str]:
+    """The sub-command modules of the group package ``group``: the one ``words`` names, else all."""
+    package = importlib.import_module(f"{__name__}.{group}")
+    subs = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
+    if words and (sub := words[0].replace("-", "_")) in subs:
+        return [f"{group}.{sub}"]
+    return [f"{group}.{s}" for s in subs]
 
 
 def _load_commands(argv: list[str]) -> None:

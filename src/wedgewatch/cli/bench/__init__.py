@@ -1,6 +1,8 @@
 """``wedgewatch bench``: benchmarks that print ratios measured side by side in one run.
 
-Each benchmark registers itself on ``bench_app`` from its own module (``bench_*.py``)."""
+Each benchmark is a module of this package that registers itself on ``bench_app``; the command
+line imports only the one it was asked for (``cli/__init__.py``), so the commands a user types
+stand apart from the benchmarks."""
 
 from __future__ import annotations
 
