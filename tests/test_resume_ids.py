@@ -1,4 +1,4 @@
-"""A begun reply continued from its token ids (proxy/token_ids.py), piece by piece, on the bytes a
+"""A begun reply continued from its token ids (proxy/resume/token_ids.py), piece by piece, on the bytes a
 real vLLM 0.32 sent (captured from the CPU build with the bundled Gemma 3 270M, one stream with
 ``return_token_ids`` and one without): what the proxy asks, what the client gets while the stream
 is healthy, what a resume reads back and sends, and how the continuation's completion chunks
@@ -19,8 +19,8 @@ from wedgewatch.proxy.body import Asked, rewrite
 from wedgewatch.proxy.deadlines import Watch
 from wedgewatch.proxy.dialects.chat import Relay
 from wedgewatch.proxy.dialects.chat_bytes import hide_ids
-from wedgewatch.proxy.resume import Relayed, Splice, continuation
-from wedgewatch.proxy.token_ids import ask, with_budget
+from wedgewatch.proxy.resume.continuation import Relayed, Splice, continuation
+from wedgewatch.proxy.resume.token_ids import ask, with_budget
 from wedgewatch.wire.sse import SSEEvent
 
 HEAD = b'{"id":"chatcmpl-bf5","object":"chat.completion.chunk","created":1796538561,"model":"gemma3-270m",'

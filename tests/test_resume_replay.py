@@ -2,7 +2,7 @@
 that text cannot continue exactly (a tool call cut inside its arguments): the proxy sends the
 request again whole on the next life and swallows the new leg's events until they reach what the
 client already has, then forwards the rest under the first leg's ids (replay and skip,
-proxy/replay.py, chat_replay.py).
+proxy/resume/replay.py, chat_replay.py).
 Real simulator subprocesses behind the real stack; the clients are the real SDKs' stream
 accumulators (OpenAI's ``responses.stream()``, Anthropic's ``messages.stream()``), which track
 items and blocks by id and index; the simulator's replies are deterministic, so the resumed
@@ -26,8 +26,8 @@ from conftest import read_cut, sse_events
 from wedgewatch.base import vocab
 from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
-from wedgewatch.proxy.chat_replay import ChatReplay
-from wedgewatch.proxy.replay import Replay
+from wedgewatch.proxy.resume.chat_replay import ChatReplay
+from wedgewatch.proxy.resume.replay import Replay
 from wedgewatch.sim.chunks import ChatEncoder, Reply, Unit
 from wedgewatch.sim.responses import ResponsesEncoder
 from wedgewatch.stack.servers import Stack

@@ -3,7 +3,7 @@
 For each prompt a reply is generated in one go at temperature 0 (a chat stream, with its token
 ids); then, for each split and after the reply's first line (where a text continuation is given
 a reply that ends in a newline), the stream is cut there and the rest is asked for
-the two ways the proxy continues a resumed request (``proxy/resume.py``, ``proxy/token_ids.py``,
+the two ways the proxy continues a resumed request (``proxy/resume/continuation.py``, ``proxy/resume/token_ids.py``,
 called here as the proxy calls them): the text route (a last assistant message with
 ``continue_final_message``) and the id route (``/v1/completions`` given the prompt's ids and the
 generated ones). The continuation's chunks are spliced as the proxy splices them; a case is exact
@@ -23,8 +23,8 @@ import aiohttp
 
 from wedgewatch.base.events import EventBus
 from wedgewatch.config import ServerConfig, WarmupConfig
-from wedgewatch.proxy.resume import Relayed, Splice, continuation
-from wedgewatch.proxy.token_ids import COMPLETIONS, TOKEN_IDS
+from wedgewatch.proxy.resume.continuation import Relayed, Splice, continuation
+from wedgewatch.proxy.resume.token_ids import COMPLETIONS, TOKEN_IDS
 from wedgewatch.supervisor import Supervisor
 from wedgewatch.wire.sse import SSEParser
 

@@ -5,7 +5,7 @@ of ``legs.Legs`` and ``exchange.Exchange``, which set every attribute declared h
 state, read by its endings.
 
 An infrastructure failure (``_fail``) first asks whether the request goes on, on the next life
-instead (``_resumable``, ``legs.py``); if so it raises the resume, which the exchange's loop of legs
+instead (``_resumable``, ``resume/legs.py``); if so it raises the resume, which the exchange's loop of legs
 catches.
 """
 
@@ -246,7 +246,7 @@ class Answers:
         detail = {**detail, **self.arrival.detail()}
         if self.legs:  # a resumed request: the leg this one continues
             detail["resumes"] = self.legs[-1]
-        if self.leg_path is not None:  # continued from token ids: a completion (token_ids.py)
+        if self.leg_path is not None:  # continued from token ids: a completion (resume/token_ids.py)
             detail["sent_to"] = self.leg_path
         end = Ending(
             request_id=self.request_id,

@@ -1,6 +1,6 @@
 """One generation request through the proxy, from the client's body to its row. Its endings
 (what the client is answered, and the row) are ``answers.py``; the legs of a request resumed on
-the next life are ``legs.py``; here are the body, the upstream, the stream loop and the timer.
+the next life are ``resume/``; here are the body, the upstream, the stream loop and the timer.
 
 The upstream is always asked for a stream. A streaming client gets each SSE event's ``data`` bytes
 unchanged, framed afresh and written once per upstream read; nothing is sent before the first token,
@@ -39,9 +39,8 @@ from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat import Relay, StreamRelay
 from wedgewatch.proxy.dialects.typed import TypedRelay
 from wedgewatch.proxy.http import error_object, error_response, forward_headers
-from wedgewatch.proxy.legs import Legs, Resume
+from wedgewatch.proxy.resume import Legs, Resume, ask
 from wedgewatch.proxy.shared import Shared
-from wedgewatch.proxy.token_ids import ask
 from wedgewatch.proxy.upstream import post
 from wedgewatch.wire.sse import SSEParser
 
@@ -96,7 +95,7 @@ class Exchange(Legs):
         self.legs: list[str] = []  # the request ids this request had before a resume, oldest first
         self.prior_tokens = 0  # tokens relayed by the legs before this one
         self.resumes = 0
-        self.hide_ids = False  # the proxy asked for token ids the client did not (token_ids.py)
+        self.hide_ids = False  # the proxy asked for token ids the client did not (resume/token_ids.py)
         self.leg_path: str | None = None  # where this leg goes when not ``path`` (a completion)
         self._no_resume = False  # a resume found no next life: the request fails as it is
         # Waiting on the upstream (its headers or its next bytes), not on the client: what the
@@ -177,7 +176,7 @@ class Exchange(Legs):
         self.model, self.client_stream = asked.model, asked.client_stream
         self.relay.want_usage = asked.want_usage
         # What the client has received, read back only by a resume (chat and completions: to
-        # continue from its text; the Responses and Messages APIs: to replay up to it, replay.py).
+        # continue from its text; the Responses and Messages APIs: to replay up to it, resume/replay.py).
         if (
             self.ctx.cfg.on_wedge == "resume"
             and self.client_stream

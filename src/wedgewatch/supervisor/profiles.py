@@ -145,7 +145,7 @@ continues as it is (its assistant prefill)."""
 TOKEN_IDS = "token_ids"
 """A begun reply is continued exactly, from the token ids the server generated: the proxy asks for
 them (vLLM's `return_token_ids`) and sends the next life a completion whose prompt is the
-prompt's ids and the generated ones (proxy/token_ids.py); by its text as `continue` where the ids
+prompt's ids and the generated ones (proxy/resume/token_ids.py); by its text as `continue` where the ids
 are missing."""
 
 _VLLM = Profile(

@@ -116,10 +116,10 @@ class Relay:
         self.fault: tuple[str, str] | None = None  # the first malformed event: (outcome, message)
         self.chunks = 0  # chunks with choices: parts of an answer
         # With resume on: the data of each chunk forwarded to a streaming client, undecoded (a
-        # resume reads them back, proxy/resume.py); and a continued leg's splice into the stream.
+        # resume reads them back, proxy/resume/); and a continued leg's splice into the stream.
         self.sent: list[bytes] | None = None
         self.splice: Rewriter | None = None
-        # The proxy asked for token ids the client did not (proxy/token_ids.py): they are kept in
+        # The proxy asked for token ids the client did not (proxy/resume/token_ids.py): they are kept in
         # ``sent`` and replaced by null on their way to the client.
         self.hide_ids = False
 

@@ -30,7 +30,7 @@ _ID_LISTS = re.compile(rb'("(?:prompt_)?token_ids"\s*:\s*)\[[^\]]*\]')
 
 def hide_ids(data: bytes) -> bytes:
     """A chunk's data as vLLM sends it to a client that did not ask for token ids (the proxy did,
-    proxy/token_ids.py): each list of ids (``token_ids``, ``prompt_token_ids``) replaced by null.
+    proxy/resume/token_ids.py): each list of ids (``token_ids``, ``prompt_token_ids``) replaced by null.
     A chunk without one is returned as it is. On every chunk of such a stream: a few byte
     searches, not a regex, for the compact JSON vLLM writes."""
     i = data.find(_IDS_AT)

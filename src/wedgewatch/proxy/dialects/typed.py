@@ -88,7 +88,7 @@ class TypedRelay(ABC):
         self.fault: tuple[str, str] | None = None  # the first malformed event: (outcome, message)
         self.events = 0  # well-formed events of the API seen
         # With resume on: the data of each event forwarded to a streaming client, undecoded (a
-        # resume replays the request and reads them back, proxy/replay.py); and a replayed leg's
+        # resume replays the request and reads them back, proxy/resume/replay.py); and a replayed leg's
         # splice into the stream.
         self.sent: list[bytes] | None = None
         self.splice: EventRewriter | None = None

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from wedgewatch.proxy.dialects.assemble import Kind
-from wedgewatch.proxy.replay import Matcher, Part, dumps, renamed
+from wedgewatch.proxy.resume.replay import Matcher, Part, dumps, renamed
 
 # Where a piece stands in its chunk: ("delta", field), ("head", i) / ("args", i) of the i-th
 # tool-call piece, or ("text",) of a completion's choice.

@@ -30,7 +30,7 @@ from typing import Any
 
 from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat_bytes import progress_of
-from wedgewatch.proxy.token_ids import TOKEN_IDS, as_leg, completion_body, why_not
+from wedgewatch.proxy.resume.token_ids import TOKEN_IDS, as_leg, completion_body, why_not
 
 
 @dataclass

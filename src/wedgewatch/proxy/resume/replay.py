@@ -1,6 +1,6 @@
 """A begun stream resumed on the next server life by replay and skip.
 
-A chat or completion stream is continued from its relayed text (``resume.py``), where text can
+A chat or completion stream is continued from its relayed text (``continuation.py``), where text can
 continue it exactly. The typed-event APIs have no such way on every server (no
 ``continue_final_message`` for an item of a response, no prefill of a thinking or tool-use
 block), and text cannot continue a tool call cut inside its arguments, or reasoning. So the

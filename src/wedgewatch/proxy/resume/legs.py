@@ -1,6 +1,6 @@
 """A request that goes on, leg by leg: when the server life under it is replaced, the failure it
 would have been becomes the end of one leg (a row: ``resumed``) and the next leg is set up on the
-next ready life, whole, continued from its text or its token ids (``resume.py``,
+next ready life, whole, continued from its text or its token ids (``continuation.py``,
 ``token_ids.py``), or replayed up to what the client has (``replay.py``, ``chat_replay.py``).
 docs/proxy.md, "Resume", says what goes on and what fails and why.
 """
@@ -16,15 +16,15 @@ from aiohttp import web
 from wedgewatch.base.protocols import Resumable, Router
 from wedgewatch.base.vocab import RESUMABLE, RESUMED, STALL_KINDS, UPSTREAM_HTTP_PREFIX
 from wedgewatch.proxy.answers import Answers
-from wedgewatch.proxy.chat_replay import ChatReplay, refused
 from wedgewatch.proxy.deadlines import Watch
 from wedgewatch.proxy.dialects import make_relay
 from wedgewatch.proxy.dialects.chat import Relay
 from wedgewatch.proxy.dialects.typed import TypedRelay
 from wedgewatch.proxy.http import forward_headers
-from wedgewatch.proxy.replay import Replay
-from wedgewatch.proxy.resume import Relayed, Splice, continuation
-from wedgewatch.proxy.token_ids import COMPLETIONS, TOKEN_IDS, with_budget
+from wedgewatch.proxy.resume.chat_replay import ChatReplay, refused
+from wedgewatch.proxy.resume.continuation import Relayed, Splice, continuation
+from wedgewatch.proxy.resume.replay import Replay
+from wedgewatch.proxy.resume.token_ids import COMPLETIONS, TOKEN_IDS, with_budget
 
 
 class Resume(Exception):
