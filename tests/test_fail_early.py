@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -143,6 +144,34 @@ def test_sim_refuses_a_port_out_of_range(tmp_path: Path) -> None:
     for port in ("99999", "-1", "65536"):
         line = one_line(wedgewatch(tmp_path, "sim", "--port", port), 2)
         assert "--port" in line
+
+
+@pytest.mark.parametrize(
+    ("command", "server", "extra"),
+    [
+        ("serve", "", ["--port", "{port}"]),
+        ("wrap", "", ["--port", "{port}", "--", "true"]),
+        ("proxy", None, ["--upstream", "http://127.0.0.1:9", "--port", "{port}"]),
+        ("sim", None, ["--port", "{port}"]),
+        ("serve", "port = {port}", ["--port", "0"]),  # the config's server port, not a flag
+    ],
+)
+def test_a_busy_port_is_one_line_for_every_command_that_binds(
+    tmp_path: Path, command: str, server: str | None, extra: list[str]
+) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = str(holder.getsockname()[1])
+        args = [a.replace("{port}", port) for a in extra]
+        if server is not None:
+            cfg = config(tmp_path, server=server.replace("{port}", port))
+            args = [str(cfg), *args]
+        res = wedgewatch(tmp_path, command, *args)
+    line = one_line(res, 2)
+    assert f"{port} is already in use" in line or f"{port} on 127.0.0.1 is already in use" in line, line
+    assert ("server.port" if server else "--port") in line, line
+    assert "listening" not in res.stdout
 
 
 @pytest.mark.parametrize(

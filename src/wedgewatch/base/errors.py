@@ -29,7 +29,7 @@ what each status means for the instance.
     ├── BadMetrics                   a /metrics answer that is not Prometheus text (also a ValueError)
     ├── ServerError                  the supervisor could not bring a server up
     │   ├── ServerStartError         exited during start-up or never became ready
-    │   ├── PortBusyError            the port is taken by someone else
+    │   ├── PortBusyError            the port is taken by someone else (exit 2, as bad input)
     │   └── WarmupError              warm-up requests failed
     └── EarlyStop                    the agent stopped by its own limits -> status early_stop (final)
 """
@@ -48,7 +48,10 @@ from wedgewatch.base.vocab import (
 
 
 class WedgewatchError(Exception):
-    """Base of every error wedgewatch raises on purpose."""
+    """Base of every error wedgewatch raises on purpose. The CLI prints ``str(exc)`` on one line
+    and exits ``exit_code``."""
+
+    exit_code = 1
 
 
 # --- bad input -----------------------------------------------------------------------------------
@@ -219,7 +222,10 @@ class ServerStartError(ServerError):
 
 
 class PortBusyError(ServerError):
-    """The port the server should listen on is already taken."""
+    """The port the server should listen on is already taken: the config's port (``server.port``)
+    is the user's to change, so the CLI exits 2, as for any busy port a command is given."""
+
+    exit_code = 2
 
 
 class WarmupError(ServerError):

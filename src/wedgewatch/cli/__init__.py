@@ -19,7 +19,7 @@ import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from wedgewatch import __version__
-from wedgewatch.base.errors import BadInput, WedgewatchError
+from wedgewatch.base.errors import WedgewatchError
 from wedgewatch.base.extras import missing_extra
 from wedgewatch.base.files import private_umask
 from wedgewatch.cli._app import app
@@ -108,10 +108,8 @@ def _main(argv: list[str] | None) -> None:
         fail(f"{cmd}{exc.format_message()}".replace("\n", " "))
     except typer.Abort:
         fail("aborted", 130)
-    except BadInput as exc:
+    except WedgewatchError as exc:  # BadInput and a busy port exit 2, the rest 1
         fail(str(exc).replace("\n", " "), exc.exit_code)
-    except WedgewatchError as exc:
-        fail(str(exc).replace("\n", " "), 1)
     except KeyboardInterrupt:
         fail("interrupted", 130)
     except ModuleNotFoundError as exc:

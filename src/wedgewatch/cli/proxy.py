@@ -208,10 +208,7 @@ async def _serve(
     )
     async with session.stopping() as stop:
         try:
-            try:
-                url = await server.start(host, port)
-            except OSError as exc:
-                raise BadInput(f"--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            url = await server.start(host, port)  # a port in use is one line (stack/listen.py)
             typer.echo(f"listening on {url}")
             sys.stdout.flush()
             # Everything imported so far lives as long as the process: keep it out of the collector's

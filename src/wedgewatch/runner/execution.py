@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 # Seconds: the least a time-scaled deadline is shrunk to (see ``effective``).
 SCALED_FLOOR = 1.0
 
+PROXY_HOST = ("run.ray.proxy_host", "the run's proxy port")
+"""What a failed bind of the run's proxy names: its address is a config field, its port is free."""
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -351,7 +353,7 @@ async def execute(
 
                     get_agent(eff.agent.name, eff.agent)
                     await executor.start()
-                    await stack.start_proxy(executors.proxy_host(eff))
+                    await stack.start_proxy(executors.proxy_host(eff), names=PROXY_HOST)
                     ctx.proxy_url = stack.proxy_url
                     await stack.start()
                     await _workers(ctx, todo, runner.is_lost)

@@ -214,7 +214,7 @@ async def _serve(opts: SimOptions, scenario: Scenario, on_listening: Callable[[s
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        raise BadInput(f"--port: cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}") from None
+        raise access.cannot_listen(exc, opts.host, opts.port) from None
     server = site._server
     assert isinstance(server, asyncio.base_events.Server)
     port = server.sockets[0].getsockname()[1]

@@ -11,6 +11,7 @@ from wedgewatch.config import WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.proxy.engine_time import Scraper
+from wedgewatch.stack.listen import listen
 from wedgewatch.stack.recovery import recover
 from wedgewatch.wire.heartbeat import Feed
 
@@ -52,7 +53,7 @@ class ProxiedServer:
             self.scraper.view = lambda: self.proxy.held_on(None)
 
     async def start(self, host: str, port: int) -> str:
-        url = await self.proxy.start(host, port)
+        url = await listen(self.proxy, host, port)
         if self.scraper is not None:
             self.scraper.start()
         return url

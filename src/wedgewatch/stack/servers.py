@@ -23,10 +23,12 @@ from wedgewatch.base.events import EventBus
 from wedgewatch.config import ServerConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
+from wedgewatch.stack.listen import listen
 from wedgewatch.supervisor import Supervisor
 from wedgewatch.supervisor.admin import routes as admin_routes
 from wedgewatch.supervisor.life import server_key
 from wedgewatch.supervisor.pool import Pool
+from wedgewatch.wire.access import LISTEN_FLAGS
 
 RESTART_PATH = "/wedgewatch/restart"
 """admin.py's restart route: it checks a bearer token of its own (a pool's ``restart_url`` sends
@@ -86,10 +88,13 @@ class Stack:
         current life when the watchdog is disabled."""
         return self.proxy_url or self.pool.base_url
 
-    async def start_proxy(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """The proxy alone (once): its URL is known before the server is up."""
+    async def start_proxy(
+        self, host: str = "127.0.0.1", port: int = 0, names: tuple[str, str] = LISTEN_FLAGS
+    ) -> str:
+        """The proxy alone (once): its URL is known before the server is up. A port in use is one
+        line naming ``names`` (listen.py)."""
         if self.watchdog.enabled and not self.proxy_url:
-            self.proxy_url = await self.proxy.start(host, port)
+            self.proxy_url = await listen(self.proxy, host, port, names)
         return self.proxy_url
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:

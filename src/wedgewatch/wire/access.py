@@ -19,6 +19,7 @@ a client's ``Authorization`` reaches the server as it came.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 from collections.abc import Iterable, Mapping
@@ -128,3 +129,20 @@ def bound_url(sockname: tuple[object, ...]) -> str:
     every interface), an IPv6 one in brackets."""
     host, port = str(sockname[0]), int(str(sockname[1]))
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+LISTEN_FLAGS = ("--host", "--port")
+"""What a command calls the address and the port it listens on."""
+
+
+def cannot_listen(exc: OSError, host: str, port: int, names: tuple[str, str] = LISTEN_FLAGS) -> BadInput:
+    """The one line every server wedgewatch starts (``sim``, ``proxy``, ``serve``, ``wrap``,
+    ``run``) says when it cannot listen: a port someone else holds, or an address this machine
+    does not have, is the user's to change (exit 2), never an OSError's traceback."""
+    host_name, port_name = names
+    if exc.errno == errno.EADDRINUSE:
+        return BadInput(
+            f"{port_name}: {host}:{port} is already in use: stop what holds it, "
+            "or give another port (0 picks a free one)"
+        )
+    return BadInput(f"{host_name}: cannot listen on {host}:{port}: {exc.strerror or exc}")
