@@ -5,6 +5,7 @@ boilerplate decides nothing; a request matching two instances is ambiguous; bad 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from wedgewatch.analysis.audit import audit, rerun_lines
+from wedgewatch.analysis.audit import audit, render_text, rerun_lines
 from wedgewatch.base.errors import BadInput
 from wedgewatch.ledger import Ledger
 from wedgewatch.wire import fingerprint
@@ -230,3 +231,35 @@ def test_harbor_trial_results_and_openhands_output_are_read(tmp_path: Path) -> N
         "x__y-1": "submitted",
         "x__y-2": "error:Error",
     }
+
+
+def _documented_verdicts() -> list[str]:
+    """The harness verdicts docs/wrap.md lists, read from its table: the test follows the docs."""
+    doc = (Path(__file__).parent.parent / "docs" / "wrap.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| harness verdict |"))
+    words = re.findall(r"`([a-z_]+)`", row.split(";")[0])  # the list, not what follows it
+    assert {"resolved", "submitted", "empty_patch"} <= set(words), row
+    return words
+
+
+@pytest.mark.parametrize("word", _documented_verdicts())
+@pytest.mark.parametrize("key", ["outcome", "status"])
+def test_every_verdict_the_docs_list_is_read_as_itself(tmp_path: Path, key: str, word: str) -> None:
+    # "error" is what a file writes beside the error it names; alone it is no verdict of its own.
+    make_ledger(tmp_path).close()
+    rows = [{"instance_id": iid, key: word.upper() if iid == "c-3" else word} for iid in STATEMENTS]
+    result = audit([results(tmp_path, rows)], tmp_path / "ledger.sqlite", suite(tmp_path))
+    assert [i["verdict"] for i in result["instances"]] == [word] * 3
+
+
+def test_the_published_score_counts_the_submitted_instances_the_file_says(tmp_path: Path) -> None:
+    make_ledger(tmp_path).close()
+    rows = [
+        {"instance_id": "a-1", "outcome": "submitted"},
+        {"instance_id": "b-2", "status": "submitted"},
+        {"instance_id": "c-3", "outcome": "empty_patch"},
+    ]
+    result = audit([results(tmp_path, rows)], tmp_path / "ledger.sqlite", suite(tmp_path))
+    assert result["success"] == "submitted"
+    assert (result["published"]["k"], result["published"]["n"]) == (2, 3)
+    assert "published score (submitted): 2/3" in render_text(result)

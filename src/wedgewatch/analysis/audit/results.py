@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.analysis.scan import readers
-from wedgewatch.analysis.scan.readers import Facts
+from wedgewatch.analysis.scan.readers import VERDICT_WORDS, Facts
 from wedgewatch.base.vocab import EARLY_STOP, EMPTY_PATCH, RESOLVED, SUBMITTED, UNRESOLVED
 
 
@@ -41,9 +41,15 @@ def read_results(paths: list[Path]) -> list[HarnessFile]:
     return out
 
 
+UNKNOWN = "unknown"
+"""The verdict of an instance a file names but says nothing of how it ended."""
+
+
 def verdict(facts: list[Facts]) -> str:
     """One instance's verdict as the harness gave it: resolved/unresolved when a report says so,
-    else how the agent ended (submitted, empty_patch, early_stop, or the error it raised)."""
+    else how the agent ended (submitted, empty_patch, early_stop, or the error it raised); a
+    verdict word in a status (``"status": "submitted"``, mini-swe-agent's ``Submitted``) is that
+    verdict, not an error (docs/wrap.md lists them)."""
     outcomes = [f.outcome for f in facts if f.outcome]
     for word in (RESOLVED, UNRESOLVED):
         if word in outcomes:
@@ -53,11 +59,11 @@ def verdict(facts: list[Facts]) -> str:
     if EMPTY_PATCH in outcomes:
         return EMPTY_PATCH
     statuses = [f.status.split()[0] for f in facts if f.status.strip()]
-    bad = [s for s in statuses if s != "Submitted"]
+    bad = [s for s in statuses if s.lower() not in VERDICT_WORDS]
     if bad:
         return f"error:{bad[0]}"
     if any(f.patch_empty is True for f in facts):
         return EMPTY_PATCH
-    if statuses or any(f.patch_empty is False for f in facts):
+    if SUBMITTED in outcomes or statuses or any(f.patch_empty is False for f in facts):
         return SUBMITTED
-    return outcomes[0] if outcomes else "unknown"
+    return outcomes[0] if outcomes else UNKNOWN

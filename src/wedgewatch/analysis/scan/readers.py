@@ -28,6 +28,7 @@ from wedgewatch.base.vocab import (
     PENDING,
     RESOLVED,
     RETRIED,
+    SUBMITTED,
     UNRESOLVED,
 )
 from wedgewatch.wire import jsontext
@@ -87,7 +88,10 @@ MINI_EARLY_STOPS = (
     "FormatError",
     "CostLimitExceeded",
 )
-OUTCOME_WORDS = (*OUTCOMES, "error")
+VERDICT_WORDS = (RESOLVED, UNRESOLVED, SUBMITTED, EMPTY_PATCH, EARLY_STOP)
+"""The words a harness writes for how an instance ended, in its ``outcome`` or its ``status``
+(docs/wrap.md's harness verdicts): each is read as itself, in any case."""
+OUTCOME_WORDS = (*OUTCOMES, SUBMITTED, "error")
 
 
 def expand(paths: list[Path]) -> list[Path]:
@@ -272,6 +276,10 @@ def _truthy(v: Any) -> bool:
     return bool(v)
 
 
+def _word(v: Any) -> str | None:
+    return v.strip().lower() if isinstance(v, str) else None
+
+
 def _status(row: dict[str, Any]) -> str:
     parts = [key for key in TIMEOUT_FLAGS if row.get(key) is True or str(row.get(key)).lower() == "true"]
     for key in STATUS_KEYS:
@@ -300,13 +308,14 @@ def _rows(name: str, rows: list[Any], kind: str) -> FileData:
         facts = Facts(iid, name, status=_status(row))
         facts.api_error = _truthy(row.get(API_ERROR, False))
         facts.early_stop = _truthy(row.get(EARLY_STOP, False))
-        outcome = row.get("outcome")
-        if isinstance(outcome, str) and outcome in OUTCOME_WORDS:
+        outcome = _word(row.get("outcome"))
+        if outcome in OUTCOME_WORDS:
             facts.outcome = outcome
         elif RESOLVED in row and row[RESOLVED] not in (None, ""):
             facts.outcome = RESOLVED if _truthy(row[RESOLVED]) else UNRESOLVED
-        elif isinstance(row.get("status"), str) and row["status"].strip().lower() in (RESOLVED, UNRESOLVED):
-            facts.outcome = row["status"].strip().lower()  # many harnesses put the verdict in status
+        elif (status := _word(row.get("status"))) in VERDICT_WORDS:
+            facts.outcome = status  # many harnesses put the verdict in status
+        facts.early_stop |= facts.outcome == EARLY_STOP
         if "model_patch" in row:
             facts.patch_empty = not str(row["model_patch"] or "").strip()
         duration = _duration(row)

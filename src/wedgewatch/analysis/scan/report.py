@@ -23,7 +23,7 @@ from wedgewatch.analysis import stats
 from wedgewatch.analysis.scan import clusters as cl
 from wedgewatch.analysis.scan.readers import FileData, expand, read
 from wedgewatch.analysis.text import points, rate_text, table
-from wedgewatch.base.vocab import API_ERROR, EMPTY_PATCH, PENDING, RESOLVED
+from wedgewatch.base.vocab import API_ERROR, EMPTY_PATCH, PENDING, RESOLVED, SUBMITTED
 
 TIMEOUT_RE = re.compile(r"time[ds]?[_ -]?out|deadline|\bstall|\bhang\b|\bhung\b", re.IGNORECASE)
 API_RE = re.compile(
@@ -158,7 +158,12 @@ def _score(
     files: list[FileData], insts: dict[str, Instance], suspicious: list[Instance]
 ) -> dict[str, Any] | None:
     """The score as the files have it, and with the suspicious instances moved to infrastructure."""
-    scored = [i for i in insts.values() if i.outcome is not None and not i.excluded and i.outcome != PENDING]
+    # Submitted is not graded yet: no score counts it either way.
+    scored = [
+        i
+        for i in insts.values()
+        if i.outcome is not None and not i.excluded and i.outcome not in (PENDING, SUBMITTED)
+    ]
     if not scored:
         return None
     totals = [fd.total for fd in files if fd.total is not None]
