@@ -11,9 +11,9 @@ from wedgewatch.base import errors
 from wedgewatch.base.errors import EvaluationError
 from wedgewatch.base.protocols import AgentResult
 from wedgewatch.base.vocab import is_infra_outcome
-from wedgewatch.config import Config
+from wedgewatch.config import Config, effective
 from wedgewatch.runner.evaluate import evaluate
-from wedgewatch.runner.execution import check_run_id, effective
+from wedgewatch.runner.execution import check_run_id
 from wedgewatch.runner.retry import decide
 from wedgewatch.sandbox import LocalSandbox
 from wedgewatch.suites import bundled_extras, load_bundled

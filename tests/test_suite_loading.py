@@ -187,3 +187,27 @@ def test_an_instance_without_a_repository_stops_the_run_before_it_starts(tmp_pat
     assert str(mirrors / "other__gone") in lines[0]
     with Ledger(ledger) as lg:
         assert dump(lg) == before  # no run started, nothing rewritten
+
+
+def test_the_suite_command_writes_the_suite_a_run_would_load(tmp_path: Path) -> None:
+    """`wedgewatch suite` (the quick tour's `suite.jsonl`): the bundled suite as a file that loads
+    back as the same instances; with a config, its [suite] selection."""
+
+    def suite(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "wedgewatch", "suite", *args], capture_output=True, text=True, timeout=120
+        )
+
+    done = suite("--out", str(tmp_path / "suite.jsonl"))
+    assert done.returncode == 0, done.stderr
+    bundled = load_suite(SuiteConfig()).instances
+    assert load_file(tmp_path / "suite.jsonl") == bundled and len(bundled) == 20
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[suite]\nregex = "toylib"\nslice = "1:3"\n')
+    chosen = suite(str(cfg))
+    assert [json.loads(line)["instance_id"] for line in chosen.stdout.splitlines()] == [
+        "wedgewatch__toylib-0002",
+        "wedgewatch__toylib-0003",
+    ]
+    bad = suite("--out", str(tmp_path / "no" / "such" / "dir" / "s.jsonl"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--out" in bad.stderr

@@ -19,7 +19,7 @@ T = TypeVar("T")
 # `wedgewatch --help` lists commands in the order a user meets them, not in import order.
 _ORDER = (
     "demo", "sim", "proxy", "serve", "wrap", "run", "report", "export", "import-report",
-    "audit", "compare", "lives", "scan", "plan", "ledger", "config", "bench", "version",
+    "suite", "audit", "compare", "lives", "scan", "plan", "ledger", "config", "bench", "version",
 )  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 
 from wedgewatch.cli._app import app, serve_forever
-from wedgewatch.config import Config, load_config
+from wedgewatch.config import Config, effective, load_config
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +84,9 @@ async def _serve(
 
     ledger = Ledger(ledger_path)
     recovery.recover(ledger)  # what a killed serve (or run, or wrap) left open, servers included
+    eff = effective(cfg)  # run.time_scale and run.seed, as under `run`
     stack = Stack(
-        cfg.members(), cfg.watchdog, ledger=ledger, admin=True, restart_token=token, api_key=api_key
+        eff.members(), eff.watchdog, ledger=ledger, admin=True, restart_token=token, api_key=api_key
     )
     # The signal handlers stay in place until the stack has stopped: a second Ctrl-C during the
     # stop must not cut it short and leave a server running.

@@ -234,8 +234,9 @@ class RunConfig(_Section):
     """Seconds for one evaluation."""
     time_scale: float = Field(1.0, gt=0)
     """Divides simulated durations for fast simulated runs: the simulator's (when
-    `server.time_scale` is left at 1) and the proxy's deadlines. Agent and evaluation deadlines
-    stay real: sandbox commands run at real speed."""
+    `server.time_scale` is left at 1), the proxy's deadlines and the supervisor's windows, under
+    `run`, `serve` and `wrap` alike. Agent and evaluation deadlines stay real: sandbox commands
+    run at real speed."""
     seed: int = 0
     """Seed for everything random in a simulated run (passed to the simulator as `--seed`)."""
     model_name: str | None = None

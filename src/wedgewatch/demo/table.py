@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from wedgewatch.base.vocab import INFRA_FAILED
+from wedgewatch.config.scaled import SCALED_FLOOR
 from wedgewatch.demo.cells import KEYS
-from wedgewatch.runner.execution import SCALED_FLOOR
 
 
 def aggregate(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -23,7 +23,7 @@ from wedgewatch.base import redact
 from wedgewatch.base.errors import ServerError
 from wedgewatch.base.processes import Identity
 from wedgewatch.base.vocab import EXITED, INTERRUPTED, START_FAILED
-from wedgewatch.config import Config
+from wedgewatch.config import Config, effective
 from wedgewatch.ledger import Ledger
 from wedgewatch.sandbox import reaper
 from wedgewatch.stack import session
@@ -82,7 +82,8 @@ def _record_end(ledger: Ledger, opts: WrapOptions, code: int | None, reason: str
 
 async def wrap(cfg: Config, ledger: Ledger, opts: WrapOptions) -> int:
     """Run the harness under the stack; return its exit code (130 when interrupted first)."""
-    stack = Stack(cfg.members(), cfg.watchdog, ledger=ledger, run_id=opts.harness_run_id)
+    eff = effective(cfg)  # run.time_scale and run.seed, as under `run`; the row keeps cfg as written
+    stack = Stack(eff.members(), eff.watchdog, ledger=ledger, run_id=opts.harness_run_id)
     stack.bus.subscribe(lines.LifeLines().on_event)  # a line when a new life is ready after a restart
     proc: asyncio.subprocess.Process | None = None
     started_row = False
