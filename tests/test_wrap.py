@@ -37,12 +37,13 @@ sys.exit(int(os.environ.get("HARNESS_EXIT", "0")))
 """
 
 
-def write_config(tmp_path: Path) -> Path:
+def write_config(tmp_path: Path, scale: str = "server") -> Path:
+    """``scale``: the section that sets ``time_scale = 20``: the simulator's own, or ``[run]``'s,
+    as the example config does, which wrap applies as ``run`` does."""
     cfg = tmp_path / "wrap.toml"
     cfg.write_text(
         f"""
 [server]
-time_scale = 20
 log_dir = "{tmp_path / "logs"}"
 scrape_interval = 0.25
 
@@ -50,6 +51,7 @@ scrape_interval = 0.25
 ledger = "{tmp_path / "ledger.sqlite"}"
 """
     )
+    cfg.write_text(cfg.read_text().replace(f"[{scale}]\n", f"[{scale}]\ntime_scale = 20\n"))
     (tmp_path / "harness.py").write_text(HARNESS)
     return cfg
 
@@ -59,7 +61,7 @@ def wrap_argv(cfg: Path, *harness: str, extra: tuple[str, ...] = ()) -> list[str
 
 
 def test_wrap_runs_the_harness_against_the_proxy_and_exits_with_its_code(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path)
+    cfg = write_config(tmp_path, scale="run")
     out = tmp_path / "seen.json"
     env = {**os.environ, "HARNESS_EXIT": "3", "OPENAI_API_KEY": KEY}
     argv = wrap_argv(
@@ -78,12 +80,16 @@ def test_wrap_runs_the_harness_against_the_proxy_and_exits_with_its_code(tmp_pat
     (run,) = [dict(r) for r in ledger.query("SELECT * FROM harness_runs")]
     (end,) = [dict(r) for r in ledger.query("SELECT * FROM harness_run_ends")]
     assert json.loads(run["argv_json"])[-2:] == ["--api-key", "***"]
-    assert run["base_url"] == base and json.loads(run["config_json"])["server"]["time_scale"] == 20
+    written_cfg = json.loads(run["config_json"])  # as written; the simulator ran at run.time_scale
+    assert run["base_url"] == base and written_cfg["run"]["time_scale"] == 20
+    assert written_cfg["server"]["time_scale"] == 1
     assert end["exit_code"] == 3 and end["end_reason"] == "exited"
     assert end["ended_at"] >= run["started_at"]
     lives = [dict(r) for r in ledger.query("SELECT * FROM server_life_view")]
     assert [life["run_id"] for life in lives] == [run["harness_run_id"]]
     assert lives[0]["end_reason"] == "stop" and not group_alive(lives[0]["pid"])
+    argv = json.loads(lives[0]["argv_json"])
+    assert argv[argv.index("--time-scale") + 1] == "20.0" and argv[argv.index("--seed") + 1] == "0"
     (req,) = [dict(r) for r in ledger.query("SELECT * FROM requests")]
     assert req["outcome"] == "ok" and req["life_id"] == lives[0]["life_id"]
     assert req["attempt_id"] == "inst-7", "the tag header names the instance"
