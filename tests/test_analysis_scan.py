@@ -20,7 +20,7 @@ from wedgewatch.analysis import stats
 from wedgewatch.analysis.export import render
 from wedgewatch.analysis.scan import scan
 from wedgewatch.analysis.scan.clusters import find_clusters
-from wedgewatch.analysis.scan.report import status_kind
+from wedgewatch.analysis.scan.report import render_text, status_kind
 from wedgewatch.cli import main
 from wedgewatch.ledger import Ledger
 
@@ -321,6 +321,10 @@ def test_wedgewatch_results_export_is_already_separated(tmp_path: Path) -> None:
     assert r["suspicious"] == [] and r["excluded_by_file"] == 2
     assert r["resolved_with_evidence"] == []  # a retried stall is no evidence against the outcome
     assert (r["score"]["as_scored"]["k"], r["score"]["as_scored"]["n"]) == (6, 10)
+    # The file's own infra_failed instances are counted beside its score, not shown as 0.
+    assert r["score"]["infra_failed_in_file"] == 2 and r["score"]["infra_failed"] == 2
+    text = render_text(r)
+    assert "infra_failed 2 (the file's own, apart)" in text and "infra_failed 2 (change +0.0 pts)" in text
     assert any("score is unaffected" in v for v in r["verdict"])
 
 

@@ -23,7 +23,7 @@ from wedgewatch.analysis import stats
 from wedgewatch.analysis.scan import clusters as cl
 from wedgewatch.analysis.scan.readers import FileData, expand, read
 from wedgewatch.analysis.text import points, rate_text, table
-from wedgewatch.base.vocab import API_ERROR, EMPTY_PATCH, PENDING, RESOLVED, SUBMITTED
+from wedgewatch.base.vocab import API_ERROR, EMPTY_PATCH, INFRA_FAILED, PENDING, RESOLVED, SUBMITTED
 
 TIMEOUT_RE = re.compile(r"time[ds]?[_ -]?out|deadline|\bstall|\bhang\b|\bhung\b", re.IGNORECASE)
 API_RE = re.compile(
@@ -170,9 +170,14 @@ def _score(
     n = max([len(scored), *totals])  # a report's denominator counts instances without predictions
     k = sum(1 for i in scored if i.outcome == RESOLVED)
     moved = sum(1 for i in suspicious if i.outcome is not None)
+    # What the file itself counts as the infrastructure's (wedgewatch's infra_failed), already out
+    # of its score: shown beside it, as every summary shows infra_failed.
+    apart = sum(1 for i in insts.values() if i.excluded and i.outcome == INFRA_FAILED)
     return {
         "as_scored": stats.rate(k, n),
+        "infra_failed_in_file": apart,
         "infra_reclassified": moved,
+        INFRA_FAILED: apart + moved,
         "reclassified": stats.rate(k, n - moved),
         "denominator_from_report": bool(totals) and max(totals) > len(scored),
     }
@@ -209,7 +214,7 @@ def verdict(r: dict[str, Any]) -> list[str]:
         out.append(
             f"{n} unresolved instance(s) look like infrastructure failures scored as model failures. "
             f"Scored as the files have it: {rate_text(a)}; with them counted as infrastructure "
-            f"(infra_failed {s['infra_reclassified']}, beside the score): {rate_text(b)}."
+            f"({INFRA_FAILED} {s[INFRA_FAILED]}, beside the score): {rate_text(b)}."
         )
     elif n:
         out.append(
@@ -272,10 +277,13 @@ def render_text(r: dict[str, Any]) -> str:
         )
     s = r["score"]
     if s is not None:
+        apart = s["infra_failed_in_file"]
         lines += ["", "score:", f"  as scored:                      {rate_text(s['as_scored'])}"]
+        if apart:
+            lines[-1] += f"   {INFRA_FAILED} {apart} (the file's own, apart)"
         lines.append(
             f"  suspicious as infrastructure:   {rate_text(s['reclassified'])}"
-            f"   infra_failed {s['infra_reclassified']} (change {_change(s)})"
+            f"   {INFRA_FAILED} {s[INFRA_FAILED]} (change {_change(s)})"
         )
     return "\n".join([*lines, "", *r["verdict"]])
 
