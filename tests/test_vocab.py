@@ -63,7 +63,7 @@ HOMONYMS: dict[tuple[str, str], tuple[int, str]] = {
     ("proxy/http.py", "connection"): (1, "the HTTP header"),
     ("proxy/passthrough.py", "connection"): (1, "the code in the error body a client gets"),
     ("runner/attempt.py", "stop"): (1, "who ended the attempt (`by`): the run's stop"),
-    ("runner/execution.py", "total_timeout"): (1, _TOTAL_TIMEOUT),
+    ("config/scaled.py", "total_timeout"): (1, _TOTAL_TIMEOUT),
     ("runner/official.py", "resolved"): (1, "the field of the SWE-bench harness's report"),
     ("sim/anthropic.py", "stop"): (1, _OPENAI_FIELD),
     ("sim/chunks.py", "created"): (4, _OPENAI_FIELD),
