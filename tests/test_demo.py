@@ -242,12 +242,63 @@ def test_demo_never_removes_a_directory_it_did_not_make(tmp_path: Path) -> None:
     assert precious.read_text() == "mine"
 
 
-def test_a_directory_an_earlier_demo_made_is_replaced(tmp_path: Path) -> None:
+def test_a_directory_an_earlier_demo_made_keeps_its_ledger(tmp_path: Path) -> None:
     from wedgewatch.demo import MARKER, prepare_out_dir
 
     out = tmp_path / "demo"
     prepare_out_dir(out)
-    (out / "stale.jsonl").write_text("from the last demo")
+    (out / "ledger.sqlite").write_text("the earlier demo's runs")
+    for derived in ("results-naive-s7.jsonl", "summary.json", "report.html"):
+        (out / derived).write_text("from the last demo")
     prepare_out_dir(out)
     assert (out / MARKER).is_file()
-    assert not (out / "stale.jsonl").exists()
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "ledger.sqlite"]
+    assert (out / "ledger.sqlite").read_text() == "the earlier demo's runs"
+
+
+def test_a_second_demo_names_the_runs_it_keeps_tells_each_arm_and_prints_ids_to_paste(tmp_path: Path) -> None:
+    from ledger_helpers import make_run
+    from wedgewatch.demo import prepare_out_dir
+    from wedgewatch.ledger import Ledger, queries
+
+    out = tmp_path / "wedgewatch-demo"
+    prepare_out_dir(out)  # an earlier demo's directory, its run written by hand
+    with Ledger(out / "ledger.sqlite") as ledger:
+        make_run(ledger, "demo-naive-s1-earlier", [FIRST["instance_id"]])
+    (out / "results-naive-s7.jsonl").write_text("a file of the earlier demo")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wedgewatch",
+            "demo",
+            "--out",
+            str(out),
+            "--instances",
+            "1",
+            "--arms",
+            "guarded",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    said = r.stderr.splitlines()
+    (kept,) = [line for line in said if "holds an earlier demo" in line]
+    assert "demo-naive-s1-earlier" in kept and f"they stay in {out / 'ledger.sqlite'}" in kept
+    # One line as the arm starts, naming its run, and one as it ends.
+    (began,) = [line for line in said if line.startswith("guarded, seed 1 (1 of 1): run ")]
+    run_id = began.split()[-1]
+    assert any(line.startswith("guarded, seed 1: done in ") and "published 1/1" in line for line in said)
+    with Ledger(out / "ledger.sqlite", read_only=True) as ledger:
+        assert queries.run_ids(ledger) == ["demo-naive-s1-earlier", run_id]
+    assert not (out / "results-naive-s7.jsonl").exists() and (out / "results-guarded-s1.jsonl").exists()
+    # The closing hint is a command to paste, with a real run id.
+    (hint,) = [line for line in r.stdout.splitlines() if line.startswith("look closer: ")]
+    command = hint.removeprefix("look closer: ")
+    assert command == f"wedgewatch report --ledger {out / 'ledger.sqlite'} {run_id}"
+    pasted = subprocess.run(
+        [sys.executable, "-m", *command.split()], capture_output=True, text=True, timeout=120
+    )
+    assert pasted.returncode == 0 and run_id in pasted.stdout, pasted.stderr

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from wedgewatch.base.vocab import INFRA_FAILED
 from wedgewatch.cli._app import app, check_line
 
 
@@ -50,7 +54,7 @@ def demo_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from wedgewatch.demo import REPORT, DemoOptions, check_out_dir, run_demo, scenario_skill
+    from wedgewatch.demo import REPORT, DemoOptions, check_out_dir, earlier_runs, run_demo, scenario_skill
     from wedgewatch.demo.arms import parse_arms, parse_set
     from wedgewatch.demo.table import footnote, table_rows
 
@@ -77,8 +81,17 @@ def demo_cmd(
             f"scenario {scenario}{' with the LoRA adapter' if lora else ''}, time scale {time_scale:g}x, "
             f"{seeds} seed(s) from {seed}; arms {', '.join(opts.arms)}, one after the other."
         )
-    doc = run_demo(opts)
-    check_line(str(out / "ledger.sqlite"))
+    ledger = out / "ledger.sqlite"
+    earlier = earlier_runs(out)
+    if earlier:
+        typer.echo(
+            f"wedgewatch demo: {out}/ holds an earlier demo's {len(earlier)} run(s), "
+            f"{', '.join(earlier)}: they stay in {ledger}; its summary, report and results files "
+            f"are written anew (wedgewatch export --ledger {ledger} RUN_ID gives a run's results back)",
+            err=True,
+        )
+    doc = run_demo(opts, _progress(len(opts.arms) * seeds), live=not json_out and sys.stderr.isatty())
+    check_line(str(ledger))
     if json_out:
         typer.echo(json.dumps(doc, indent=2))
         return
@@ -90,6 +103,34 @@ def demo_cmd(
         table.add_row(*row)
     Console().print(table)
     typer.echo(footnote(time_scale, seeds))
-    typer.echo(f"ledger: {out / 'ledger.sqlite'}  figures: {out / 'summary.json'}")
+    typer.echo(f"ledger: {ledger}  figures: {out / 'summary.json'}")
     typer.echo(f"report (every arm side by side, open in a browser): {out / REPORT}")
-    typer.echo(f"look closer: wedgewatch report --ledger {out / 'ledger.sqlite'} RUN_ID")
+    typer.echo("runs:")
+    for a in doc["arms"]:
+        typer.echo(f"  {a['arm']}: {' '.join(r['run_id'] for r in a['runs'])}")
+    first = [a["runs"][0]["run_id"] for a in doc["arms"]]
+    typer.echo(f"look closer: wedgewatch report --ledger {ledger} {first[-1]}")
+    if len(first) > 1:
+        typer.echo(f"side by side: wedgewatch compare --ledger {ledger} {first[0]} {first[1]}")
+
+
+def _progress(total: int) -> Callable[[str, int, str, dict[str, Any] | None], None]:
+    """One line on stderr as each arm's run starts and one as it ends: a demo of several seeds
+    runs for minutes, and each line says how far it is."""
+    done = [0]
+    began: dict[str, float] = {}
+
+    def tell(arm: str, seed: int, run_id: str, cells: dict[str, Any] | None) -> None:
+        if cells is None:
+            began[run_id] = time.monotonic()
+            typer.echo(f"{arm}, seed {seed} ({done[0] + 1} of {total}): run {run_id}", err=True)
+            return
+        done[0] += 1
+        typer.echo(
+            f"{arm}, seed {seed}: done in {time.monotonic() - began[run_id]:.0f} s: published "
+            f"{cells['published_resolved']}/{cells['published_of']} (true {cells['true_resolved']}), "
+            f"{INFRA_FAILED} {cells[INFRA_FAILED]}",
+            err=True,
+        )
+
+    return tell

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,18 +58,40 @@ class DemoOptions:
 
 
 def check_out_dir(out: Path) -> None:
-    """A demo starts clean, but only ever removes a directory an earlier demo made (it holds the
-    marker file): ``--out .`` or ``--out ~`` must not cost anyone their files."""
+    """A demo only ever writes into a directory an earlier demo made (it holds the marker file)
+    or a new or empty one: ``--out .`` or ``--out ~`` must not cost anyone their files."""
     if out.exists() and not (out / MARKER).is_file() and (not out.is_dir() or any(out.iterdir())):
         raise BadInput(f"--out: {out} exists and was not made by wedgewatch demo; choose another directory")
 
 
+DERIVED = ("summary.json", REPORT, "results-*.jsonl")
+"""What a demo writes from its ledger, and the next demo in the directory writes anew: the
+ledger (every earlier run stays in it, append-only), the server logs and the sandboxes stay."""
+
+
+def earlier_runs(out: Path) -> list[str]:
+    """The runs an earlier demo left in ``out``'s ledger, oldest first (none for a new directory)."""
+    path = out / "ledger.sqlite"
+    if not (out / MARKER).is_file() or not path.is_file():
+        return []
+    from wedgewatch.ledger import queries
+
+    with Ledger(path, read_only=True) as ledger:
+        return queries.run_ids(ledger)
+
+
 def prepare_out_dir(out: Path) -> None:
+    """Ready ``out`` for a demo: its ledger is kept (the new runs are added to it), the files the
+    last demo derived from it are removed, so no stale results file is taken for the new run's."""
     check_out_dir(out)
-    if (out / MARKER).is_file():
-        shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("made by wedgewatch demo; the next demo run replaces this directory\n")
+    for pattern in DERIVED:
+        for stale in out.glob(pattern):
+            stale.unlink()
+    (out / MARKER).write_text(
+        "made by wedgewatch demo; the next demo here adds its runs to ledger.sqlite and writes "
+        f"{', '.join(DERIVED)} anew\n"
+    )
 
 
 def scenario_skill(scenario: str) -> float:
@@ -79,8 +101,14 @@ def scenario_skill(scenario: str) -> float:
     return load_scenario(scenario).policy.skill
 
 
-def run_demo(opts: DemoOptions) -> dict[str, Any]:
-    """Run every arm at every seed; return the JSON document ``--json`` prints (docs/demo.md)."""
+Progress = Callable[[str, int, str, dict[str, Any] | None], None]
+"""Told each arm's start and end: ``(arm, seed, run_id, None)`` as it starts, ``(arm, seed,
+run_id, cells)`` when it has ended (docs/demo.md, Output)."""
+
+
+def run_demo(opts: DemoOptions, progress: Progress | None = None, live: bool = False) -> dict[str, Any]:
+    """Run every arm at every seed; return the JSON document ``--json`` prints (docs/demo.md).
+    ``live``: each run's own progress display (on a terminal)."""
     from wedgewatch.analysis.export import render
     from wedgewatch.runner import entry as runner_main
 
@@ -96,7 +124,9 @@ def run_demo(opts: DemoOptions) -> dict[str, Any]:
             cfg = arm_config(name, opts.condition(seed), opts.overrides.get(name))
             log.info("demo: the %s arm, seed %d", name, seed)
             run_id = f"demo-{name}-s{seed}-{stamp}"
-            runner_main.start(cfg, run_id=run_id)
+            if progress is not None:
+                progress(name, seed, run_id, None)
+            runner_main.start(cfg, run_id=run_id, show_progress=live)
             with Ledger(cfg.run.ledger) as ledger:
                 cells = arm_cells(
                     ledger,
@@ -108,6 +138,8 @@ def run_demo(opts: DemoOptions) -> dict[str, Any]:
                 )
                 (opts.out_dir / f"results-{name}-s{seed}.jsonl").write_text(render(ledger, run_id, "results"))
             runs.append({"seed": seed, "run_id": run_id, **cells})
+            if progress is not None:
+                progress(name, seed, run_id, cells)
         arms.append(
             {
                 "arm": name,

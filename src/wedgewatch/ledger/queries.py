@@ -84,6 +84,11 @@ def harness_requests(ledger: Ledger, harness_run_id: str) -> list[Row]:
     )
 
 
+def run_ids(ledger: Ledger) -> list[str]:
+    """Every run in the ledger, oldest first."""
+    return [str(r["run_id"]) for r in ledger.query("SELECT run_id FROM runs ORDER BY started_at, run_id")]
+
+
 def run_exists(ledger: Ledger, run_id: str) -> bool:
     return bool(ledger.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)))
 
