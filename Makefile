@@ -11,23 +11,25 @@ STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.8
 PYTEST_ARGS ?=
 
-.PHONY: install system-tools demo test check bench lock clean ablation
+.PHONY: install system-tools demo test check bench lock clean ablation view-screenshot vendor-htmx
 
 install: system-tools $(STAMP)
 
 # The isolating sandboxes' tools (docs/sandboxes.md), nginx, the peer `bench proxy --peers nginx`
-# measures (docs/benchmarks.md), and PostgreSQL's server binaries, which the tests of the ledger on
-# PostgreSQL start on a temporary directory (docs/ledger.md): installed with apt-get when root on Debian, else one line saying
-# what to install. The local sandbox and the bench without peers need none of them.
+# measures (docs/benchmarks.md), PostgreSQL's server binaries, which the tests of the ledger on
+# PostgreSQL start on a temporary directory (docs/ledger.md), and Debian's chromium, the browser the
+# tests of `wedgewatch view` drive with Playwright (docs/view.md; Playwright's own browser download
+# is not used): installed with apt-get when root on Debian, else one line saying what to install.
+# The local sandbox, the bench without peers and the view itself need none of them.
 system-tools:
-	@missing=""; for t in bwrap podman runc nginx; do command -v $$t >/dev/null || [ -x /usr/sbin/$$t ] || missing="$$missing $$t"; done; \
+	@missing=""; for t in bwrap podman runc nginx chromium; do command -v $$t >/dev/null || [ -x /usr/sbin/$$t ] || missing="$$missing $$t"; done; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing bubblewrap podman runc nginx postgresql (apt-get)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap podman runc nginx postgresql >/dev/null; \
+	    echo "installing bubblewrap podman runc nginx postgresql chromium (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap podman runc nginx postgresql chromium >/dev/null; \
 	  else \
-	    echo "sandboxes bwrap/container, bench proxy --peers nginx and the PostgreSQL ledger's tests need:$$missing (Debian: sudo apt-get install bubblewrap podman runc nginx postgresql)"; \
+	    echo "sandboxes bwrap/container, bench proxy --peers nginx, the PostgreSQL ledger's tests and the view's browser tests need:$$missing (Debian: sudo apt-get install bubblewrap podman runc nginx postgresql chromium)"; \
 	  fi; \
 	fi
 
@@ -90,6 +92,29 @@ bench: $(STAMP)
 	$(BIN)/wedgewatch bench faults
 	$(BIN)/wedgewatch bench resume
 	$(BIN)/wedgewatch bench scale
+
+# docs/view.md's screenshots, from the view's browser tests (tests/test_view_browser.py): the tests
+# leave their pages' screenshots in a directory they are given, and this copies them into docs/;
+# the tests themselves never write there.
+view-screenshot: system-tools $(STAMP)
+	rm -rf .view-shots && mkdir -p .view-shots
+	WEDGEWATCH_VIEW_SHOTS=$(CURDIR)/.view-shots $(BIN)/python -m pytest -p no:cacheprovider -q tests/test_view_browser.py
+	cp .view-shots/view-serve.png .view-shots/view-run.png docs/
+	rm -rf .view-shots
+
+# htmx and its SSE extension, as the view serves them (src/wedgewatch/view/static/NOTICE.md): fetched
+# again from npm's registry at the pinned versions (npm checks each tarball's integrity hash) and
+# compared with the vendored files. Needs npm; nothing else uses it.
+HTMX_VERSION := 2.0.11
+HTMX_SSE_VERSION := 2.2.4
+vendor-htmx:
+	@tmp=$$(mktemp -d) && cd $$tmp && npm pack -q htmx.org@$(HTMX_VERSION) htmx-ext-sse@$(HTMX_SSE_VERSION) >/dev/null && \
+	mkdir a b && tar xzf htmx.org-$(HTMX_VERSION).tgz -C a && tar xzf htmx-ext-sse-$(HTMX_SSE_VERSION).tgz -C b && \
+	cp a/package/dist/htmx.min.js b/package/dist/sse.min.js $(CURDIR)/src/wedgewatch/view/static/ && \
+	cp a/package/LICENSE $(CURDIR)/src/wedgewatch/view/static/LICENSE.htmx.txt && \
+	cp b/package/LICENSE $(CURDIR)/src/wedgewatch/view/static/LICENSE.htmx-ext-sse.txt && \
+	cd $(CURDIR)/src/wedgewatch/view/static && rm -rf $$tmp && \
+	grep -E '^    [0-9a-f]{64}  ' NOTICE.md | sed 's/^    //' | sha256sum -c -
 
 # Regenerates the one lock from pyproject.toml, every extra included (needs network to PyPI).
 lock: $(STAMP)

@@ -39,6 +39,13 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The browser the view's tests drive, and Playwright's version (tests/test_view_browser.py)."""
+    from test_view_browser import chromium_versions
+
+    return "view's browser tests: " + chromium_versions()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests marked ``long`` (ten seconds or more of real runs) first. xdist hands out whole
     groups first, largest first, then single tests in collection order: a long test handed out
@@ -70,8 +77,11 @@ class RunningServer:
         self.proc.wait(timeout=10)
 
 
-def launch(argv: list[str], log_path: Path, timeout: float = 30.0) -> RunningServer:
-    """Start ``argv`` in its own process group and wait for ``listening on URL`` on stdout."""
+def launch(
+    argv: list[str], log_path: Path, timeout: float = 30.0, prefix: str = "listening on "
+) -> RunningServer:
+    """Start ``argv`` in its own process group and wait for ``listening on URL`` (``prefix`` URL)
+    on stdout."""
     log = log_path.open("w")
     proc = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True, cwd=ROOT
@@ -85,10 +95,10 @@ def launch(argv: list[str], log_path: Path, timeout: float = 30.0) -> RunningSer
         os.killpg(proc.pid, signal.SIGKILL)
         raise RuntimeError(f"{argv} printed nothing in {timeout}s; log:\n{log_path.read_text()}")
     line = proc.stdout.readline().strip()
-    if not line.startswith("listening on "):
+    if not line.startswith(prefix):
         proc.kill()
         raise RuntimeError(f"{argv} first line was {line!r}; log:\n{log_path.read_text()}")
-    return RunningServer(proc, line.removeprefix("listening on ").rstrip("/"), log_path)
+    return RunningServer(proc, line.removeprefix(prefix).rstrip("/"), log_path)
 
 
 @pytest.fixture

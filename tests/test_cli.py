@@ -36,7 +36,7 @@ def test_help_lists_every_command_in_the_order_a_user_meets_them() -> None:
     out = _run("--help").stdout
     listed = [line.split()[0] for line in out.split("Commands:")[1].splitlines() if line.startswith("  ")]
     assert listed == [
-        "demo", "sim", "proxy", "serve", "wrap", "run", "report", "export", "import-report",
+        "demo", "sim", "proxy", "serve", "wrap", "run", "view", "report", "export", "import-report",
         "suite", "audit", "compare", "lives", "scan", "plan", "ledger", "config", "bench", "version",
     ]  # fmt: skip
 

@@ -94,6 +94,11 @@ def test_report_html_of_a_real_run(
         assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
     assert "no data" not in html
     assert "stall_ttft" in html and "api_error" in html and "vllm:generation_tokens_total" in html
+    # The live view's panels (wedgewatch view), frozen: the same templates, no live connection and
+    # no link into the view's other pages.
+    assert 'id="header-1"' in html and 'id="lanes-1"' in html and 'id="attempts-1"' in html
+    assert re.search(r'class="life end-[a-z_]+" data-life=', html) and 'class="mark m-' in html
+    assert "hx-" not in html and "sse-connect" not in html and 'href="/life/' not in html
 
 
 @pytest.mark.xdist_group("html-stalled-run")  # one worker makes `stalled_run` once

@@ -1,5 +1,6 @@
 """The HTML report: one self-contained page (inline CSS, figures as data URIs, no scripts, nothing
-fetched) for one run or several side by side. Figures come from ``plots``, numbers from
+fetched) for one run or several side by side. Each run's header, server lanes, causes and attempts
+are the live view's panels (``analysis/panels``, ``templates/panels.html.j2``), frozen. Figures come from ``plots``, numbers from
 ``analysis.summary.summarise`` and ``survival``; the page is a jinja2 template shipped in the
 package with autoescaping on, since instance ids and reasons come from users' files.
 """
@@ -14,6 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from wedgewatch.analysis import plots
+from wedgewatch.analysis.panels import chains
+from wedgewatch.analysis.panels.header import header
+from wedgewatch.analysis.panels.lanes import lanes
+from wedgewatch.analysis.panels.render import environment
+from wedgewatch.analysis.panels.scope import RUN, Scope
 from wedgewatch.analysis.rundata import RunData, load_run
 from wedgewatch.analysis.survival import Survival, ci_text, survival
 from wedgewatch.analysis.text import rate_text
@@ -67,23 +73,6 @@ def summary_rows(summaries: Sequence[dict[str, Any]]) -> list[tuple[str, list[st
     return rows
 
 
-def _attempt_cells(rd: RunData) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for a in rd.attempts:
-        ages = (a["start_age_requests"], a["end_age_requests"])
-        out.setdefault(a["instance_id"], []).append(
-            {
-                "no": a["attempt_no"],
-                "status": a["status"],
-                "reason": a["reason"],
-                "duration": _secs(a["duration"]),
-                "life": (a["life_id"] or "-")[-8:],
-                "age": "-" if ages[0] is None else f"{ages[0]}→{'?' if ages[1] is None else ages[1]}",
-            }
-        )
-    return out
-
-
 def _life_rows(rd: RunData) -> list[dict[str, Any]]:
     return [
         {
@@ -99,9 +88,22 @@ def _life_rows(rd: RunData) -> list[dict[str, Any]]:
     ]
 
 
-def _run_context(rd: RunData, label: str) -> dict[str, Any]:
+def _panels(ledger: Ledger, rd: RunData) -> dict[str, Any]:
+    """What the live view shows of the run (``wedgewatch view``), frozen: the same data, the same
+    templates, without the live connection and the links to the view's other pages."""
+    scope = Scope(RUN, rd.run_id, rd.t0)
+    now = time.time()
+    h = header(ledger, scope, now)
+    return {
+        "h": h,
+        "L": lanes(ledger, scope, now, bool(h["live"])),
+        "C": chains.causes(ledger, rd.run_id),
+        "I": {"rows": chains.instances(ledger, rd.run_id), "total": rd.summary["instances"], "form": None},
+    }
+
+
+def _run_context(ledger: Ledger, rd: RunData, label: str) -> dict[str, Any]:
     s = rd.summary
-    cells = _attempt_cells(rd)
     return {
         "label": label,
         "run_id": rd.run_id,
@@ -119,7 +121,7 @@ def _run_context(rd: RunData, label: str) -> dict[str, Any]:
         "counter_name": rd.counter,
         "n_requests": len(rd.requests),
         "lives": _life_rows(rd),
-        "instances": [{**o, "attempts": cells.get(o["instance_id"], [])} for o in rd.outcomes],
+        **_panels(ledger, rd),
     }
 
 
@@ -151,8 +153,6 @@ def render_html(
 ) -> str:
     """The page for ``run_ids`` (default: the latest run), side by side in the given order;
     ``labels`` name the columns (default: the run ids)."""
-    from jinja2 import Environment, PackageLoader, StrictUndefined
-
     t = time.monotonic()
     wanted: Sequence[str | None] = run_ids or [None]
     ids = [str(queries.resolve_run(ledger, r)["run_id"]) for r in wanted]
@@ -161,22 +161,19 @@ def render_html(
         raise ValueError("labels must name every run")
     data = [load_run(ledger, rid) for rid in ids]
     curves = [(name, survival(ledger, [rid])) for name, rid in zip(names, ids, strict=True)]
-    env = Environment(
-        loader=PackageLoader("wedgewatch.analysis", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    page = env.get_template("report.html.j2").render(
-        title=title or "wedgewatch report: " + ", ".join(ids),
-        generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        ledger=ledger.path,
-        runs=[_run_context(rd, name) for rd, name in zip(data, names, strict=True)],
-        summary_rows=summary_rows([rd.summary for rd in data]),
-        names=names,
-        survival=_survival_context(curves, data),
-        status_colors=plots.STATUS_COLORS,
+    page = (
+        environment()
+        .get_template("report.html.j2")
+        .render(
+            title=title or "wedgewatch report: " + ", ".join(ids),
+            generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            ledger=ledger.path,
+            runs=[_run_context(ledger, rd, name) for rd, name in zip(data, names, strict=True)],
+            summary_rows=summary_rows([rd.summary for rd in data]),
+            names=names,
+            survival=_survival_context(curves, data),
+            status_colors=plots.STATUS_COLORS,
+        )
     )
     log.info("report for %s rendered in %.2f s", ", ".join(ids), time.monotonic() - t)
     return page

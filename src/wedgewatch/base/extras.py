@@ -20,6 +20,7 @@ EXTRA_OF = {
     "psycopg": "postgres",
     "alembic": "postgres",
     "ray": "ray",
+    "aiohttp_sse": "view",
 }
 """Top-level import name -> the extra (pyproject.toml) that installs it."""
 

@@ -17,6 +17,7 @@ tests/test_vocab.py fails on a word spelled anywhere else in src/.
                                                                       created, running before/between)
     event kind        wedge | crash | restart | restart_skipped | gave_up | start_failed
                       | warmup_failed | canary | drain | drained | api_errors   the supervisor's events rows
+                      proxy_started                                   the stack's: where a proxy listens
     start reason      run_start | adopted                             an execution's first life
                       start_failed | warmup_failed                    after a failed start
                       wedge | crash | api_errors | recycle_instances | recycle_tokens | remote_restart
@@ -193,6 +194,11 @@ EVENT_KINDS = frozenset(
     }
 )
 """The supervisor's facts that are ``events`` rows (supervisor/recorder.py writes them)."""
+PROXY_STARTED = "proxy_started"
+"""An ``events`` row of the stack's own (not the supervisor's): a watchdog proxy began to listen,
+its address in ``detail_json.url`` and its process in ``pid``, so a reader of the ledger
+(``wedgewatch view``) finds the proxy's read-only ``/wedgewatch/status``: the progress of the
+requests in flight, which the ledger does not hold."""
 
 # --- why a server life started (``server_lives.start_reason``) and ended (``server_life_ends``) --
 # A life starts for an execution's start (FIRST_LIFE), after a failed start (start_failed,

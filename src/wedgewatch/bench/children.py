@@ -40,10 +40,16 @@ def stop_group(p: subprocess.Popen[Any]) -> None:
 
 
 class Server:
-    """A child server in its own process group that printed ``listening on URL`` first."""
+    """A child server in its own process group that printed ``listening on URL`` (``prefix`` URL)
+    first."""
 
     def __init__(
-        self, argv: list[str], log_path: Path, timeout: float = 60.0, cpus: set[int] | None = None
+        self,
+        argv: list[str],
+        log_path: Path,
+        timeout: float = 60.0,
+        cpus: set[int] | None = None,
+        prefix: str = "listening on ",
     ) -> None:
         self.log = log_path.open("w")
         self.p = subprocess.Popen(
@@ -58,10 +64,10 @@ class Server:
         sel = selectors.DefaultSelector()
         sel.register(self.p.stdout, selectors.EVENT_READ)
         line = self.p.stdout.readline().strip() if sel.select(timeout) else ""
-        if not line.startswith("listening on "):
+        if not line.startswith(prefix):
             self.stop()
             raise RuntimeError(f"{argv[3:5]} did not start: {line!r}; see {log_path}")
-        self.url = line.removeprefix("listening on ")
+        self.url = line.removeprefix(prefix)
 
     @property
     def pid(self) -> int:

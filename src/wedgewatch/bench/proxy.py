@@ -32,6 +32,7 @@ from typing import Any
 from wedgewatch.base.errors import BadInput
 from wedgewatch.base.vocab import STALL_MIDSTREAM, STALL_TTFT, TOTAL_TIMEOUT, TRICKLE
 from wedgewatch.bench import peers as peer_kinds
+from wedgewatch.bench import view as view_bench
 from wedgewatch.bench.children import Server, pinned
 from wedgewatch.bench.procfs import group_cpu_seconds, group_rss_mib
 
@@ -89,6 +90,10 @@ class BenchOptions:
     generator on the others. Ignored on a one-CPU machine."""
     peers: list[str] = field(default_factory=list)
     """Other proxies measured in the same runs (``bench/peers.py``: ``nginx``); none by default."""
+    view: bool = False
+    """Also measure each level with a live page of ``wedgewatch view`` attached to the proxy's
+    ledger (``bench/view.py``), in the same rotation; the table says whether each figure stays
+    within the spread of the proxy's own repeats."""
     api: str = "chat"
     """The API the throughput runs stream: ``chat`` (chat completions), ``responses`` (the
     Responses API) or ``messages`` (Anthropic's Messages API). Stall detection is measured on
@@ -151,6 +156,7 @@ def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
         _wedgewatch("sim", "--port", "0", "--scenario", str(scenario)), work / "sim.log", cpus=load_cpus
     )
     proxy = None
+    attached: view_bench.Attached | None = None
     running: dict[str, peer_kinds.Peer] = {}
     try:
         proxy = Server(
@@ -163,16 +169,24 @@ def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
         for name in opts.peers:  # each on the proxy's CPU: one measured proxy at a time uses it
             running[name] = peer_kinds.start(name, sim.url, work, proxy_cpus)
         groups = {"proxy": proxy.pid} | {name: peer.pgid for name, peer in running.items()}
+        if opts.view:  # the view off the proxy's CPU, as a browser's machine would have it
+            attached = view_bench.Attached(work / "ledger.sqlite", work, load_cpus)
+            groups[view_bench.ATTACHED] = proxy.pid
         runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
         for rep in range(opts.repeats):
             for c in opts.levels:
-                order = ["direct", "proxy", *opts.peers]
+                order = ["direct", "proxy", *opts.peers, *([view_bench.ATTACHED] if attached else [])]
                 for target in order if rep % 2 == 0 else order[::-1]:
                     urls = {"direct": sim.url, "proxy": f"{proxy.url}/a/bench-{c}"}
+                    urls[view_bench.ATTACHED] = urls["proxy"]
                     base = urls.get(target) or running[target].url
                     pgid = groups.get(target)
                     cpu0 = group_cpu_seconds(pgid) if pgid else 0.0
+                    if attached is not None and target == view_bench.ATTACHED:
+                        attached.read("/serve", opts.warmup + opts.duration)
                     res = _loadgen(base, c, opts, load_cpus)
+                    if attached is not None and target == view_bench.ATTACHED:
+                        res["page"] = attached.result()
                     if pgid:
                         res["cpu"] = group_cpu_seconds(pgid) - cpu0
                         res["rss_mib"] = group_rss_mib(pgid)
@@ -183,6 +197,8 @@ def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
     finally:
         for peer in running.values():
             peer.stop()
+        if attached is not None:
+            attached.stop()
         if proxy is not None:
             proxy.stop()
         sim.stop()
@@ -193,6 +209,9 @@ def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
         _row(c, runs[(c, "direct")], runs[(c, "proxy")], {n: runs[(c, n)] for n in opts.peers})
         for c in opts.levels
     ]
+    if opts.view:
+        for row, c in zip(rows, opts.levels, strict=True):
+            row["view"] = view_bench.versus(runs[(c, "proxy")], runs[(c, view_bench.ATTACHED)])
     return {
         "rows": rows,
         "cpu_layout": None
@@ -346,7 +365,9 @@ def run(opts: BenchOptions) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="wedgewatch-bench-proxy-") as tmp:
         work = Path(tmp)
         out: dict[str, Any] = {
-            "command": "wedgewatch bench proxy" + (f" --peers {','.join(opts.peers)}" if opts.peers else ""),
+            "command": "wedgewatch bench proxy"
+            + (f" --peers {','.join(opts.peers)}" if opts.peers else "")
+            + (" --view" if opts.view else ""),
             "options": opts.__dict__,
             "cpus": os.cpu_count(),
             "load_before": os.getloadavg(),

@@ -57,6 +57,10 @@ def render(result: dict[str, Any]) -> str:
     ]
     if tp["rows"] and tp["rows"][0].get("peers"):
         out += ["", *peer_table(tp)]
+    if tp["rows"] and tp["rows"][0].get("view"):
+        from wedgewatch.bench.view import attached_table
+
+        out += ["", *attached_table(tp["rows"])]
     for r in tp["rows"]:
         for s in r["error_samples"]:
             out.append(f"  error sample at {r['streams']} streams: {s}")

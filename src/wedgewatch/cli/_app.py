@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 # `wedgewatch --help` lists commands in the order a user meets them, not in import order.
 _ORDER = (
-    "demo", "sim", "proxy", "serve", "wrap", "run", "report", "export", "import-report",
+    "demo", "sim", "proxy", "serve", "wrap", "run", "view", "report", "export", "import-report",
     "suite", "audit", "compare", "lives", "scan", "plan", "ledger", "config", "bench", "version",
 )  # fmt: skip
 
@@ -65,6 +65,36 @@ def open_ledger(path: str | Path | None, write: bool = False) -> Ledger:
     if write:
         Ledger(p, read_only=True).close()  # refuse what is no wedgewatch ledger before writing to it
     return Ledger(p, read_only=not write)
+
+
+ViewOption = Annotated[
+    bool,
+    typer.Option(
+        "--view",
+        help="Serve the live page of the ledger (wedgewatch view) beside it, in a process of its own, "
+        "and print its address on stderr.",
+    ),
+]
+"""The ``--view`` flag of ``serve``, ``run`` and ``wrap``."""
+
+
+def view_line(ledger_path: str, run_id: str | None = None) -> str:
+    """The command that shows the ledger live, for a command to print on stderr."""
+    from wedgewatch.base import redact
+
+    line = f"watch it live: wedgewatch view {redact.url(str(ledger_path))}"
+    return line + (f" --run {run_id}" if run_id else "")
+
+
+def start_view(ledger_path: str, run_id: str | None = None) -> Any:
+    """``--view``: ``wedgewatch view`` in a process of its own (``view/child.py``), its address on
+    stderr; returns it, for ``stop()``."""
+    from wedgewatch.view.child import ViewChild
+
+    child = ViewChild(ledger_path, run_id)
+    url = child.start()
+    typer.echo(f"view on {url}", err=True)
+    return child
 
 
 def check_line(ledger_path: str) -> None:

@@ -11,7 +11,7 @@ import typer
 
 from wedgewatch.base import redact
 from wedgewatch.base.errors import BadInput, WedgewatchError
-from wedgewatch.cli._app import app, check_line
+from wedgewatch.cli._app import ViewOption, app, check_line, start_view, view_line
 from wedgewatch.config import Config, RunConfig, load_config
 
 
@@ -58,6 +58,7 @@ def run_cmd(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the final summary as JSON, no live display.")
     ] = False,
+    view: ViewOption = False,
 ) -> None:
     """Run a suite (or resume a run) and print its summary: infra_failed and pending are counted
     beside the score, never inside it."""
@@ -102,6 +103,9 @@ def run_cmd(
             return runner_main.start(new_cfg, run_id=rid, show_progress=show, source=str(config))
 
     shown = redact.url(str(ledger_path))  # a password in its URL is masked in what is printed
+    child = start_view(str(ledger_path), rid) if view else None
+    if child is None:
+        typer.echo(view_line(str(ledger_path), rid), err=True)
     try:
         call()
     except KeyboardInterrupt:
@@ -121,6 +125,9 @@ def run_cmd(
                 err=True,
             )
         raise
+    finally:
+        if child is not None:
+            child.stop()
     _print_summary(ledger_path, rid, json_out)
     check_line(ledger_path)
 

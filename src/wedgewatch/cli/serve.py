@@ -10,6 +10,7 @@ pool on another host restarts this one (``server.restart_url``, docs/scale-out.m
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -18,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from wedgewatch.cli._app import app, serve_forever
+from wedgewatch.cli._app import ViewOption, app, serve_forever, start_view, view_line
 from wedgewatch.config import Config, effective, load_config
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ def serve(
             "unset or empty: the route refuses every restart."
         ),
     ] = "WEDGEWATCH_RESTART_TOKEN",
+    view: ViewOption = False,
 ) -> None:
     """Start the configured server (fresh, ready, warmed up), watch it for wedges and crashes,
     restart it when needed, and serve it through the watchdog proxy until interrupted."""
@@ -70,19 +72,26 @@ def serve(
         profiles.check(member, str(config))
     preflight.check(cfg, ledger, "--ledger" if ledger else "run.ledger")  # before any server starts
     token = os.environ.get(restart_token_env) or None
-    code = serve_forever(_serve(cfg, host, port, ledger or cfg.run.ledger, token, api_key or None))
+    code = serve_forever(_serve(cfg, host, port, ledger or cfg.run.ledger, token, api_key or None, view))
     if code:
         raise typer.Exit(code)
 
 
 async def _serve(
-    cfg: Config, host: str, port: int, ledger_path: str, token: str | None, api_key: str | None = None
+    cfg: Config,
+    host: str,
+    port: int,
+    ledger_path: str,
+    token: str | None,
+    api_key: str | None = None,
+    view: bool = False,
 ) -> int:
     from wedgewatch.ledger import Ledger
     from wedgewatch.stack import recovery, session
     from wedgewatch.stack.servers import Stack
 
     ledger = Ledger(ledger_path)
+    child = None
     recovery.recover(ledger)  # what a killed serve (or run, or wrap) left open, servers included
     eff = effective(cfg)  # run.time_scale and run.seed, as under `run`
     stack = Stack(
@@ -98,6 +107,10 @@ async def _serve(
             # Printed once the server is ready: whoever reads this line can send requests at once.
             typer.echo(f"listening on {url}")
             sys.stdout.flush()
+            if view:
+                child = await asyncio.to_thread(start_view, ledger_path)
+            else:
+                typer.echo(view_line(ledger_path), err=True)
             failed = await stop.first(stack.pool.wait_failed())
             if failed is not None and not stop.requested:
                 typer.echo(f"wedgewatch: error: {failed}".replace("\n", " "), err=True)
@@ -106,3 +119,5 @@ async def _serve(
         finally:
             await stack.stop()
             ledger.close()
+            if child is not None:
+                child.stop()

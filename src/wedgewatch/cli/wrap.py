@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from wedgewatch.base.errors import BadInput
-from wedgewatch.cli._app import app, check_line, serve_forever
+from wedgewatch.cli._app import ViewOption, app, check_line, serve_forever, start_view, view_line
 
 
 @app.command("wrap")
@@ -45,6 +45,7 @@ def wrap(
         float,
         typer.Option(help="Seconds between SIGINT, SIGTERM and SIGKILL when stopping the harness.", min=0),
     ] = 10.0,
+    view: ViewOption = False,
 ) -> None:
     """Start the configured server (fresh, ready, warmed, watched, restarted) behind the proxy,
     run CMD with OPENAI_BASE_URL and the other base-URL variables pointing at it, stream its
@@ -71,11 +72,18 @@ def wrap(
     lines = command.read_rerun(str(rerun)) if rerun is not None else None
     opts = WrapOptions(argv=cmd, port=port, rerun=lines, env_prefixes=env_prefix or (), tag=tag, grace=grace)
     store = Ledger(ledger or cfg.run.ledger)
+    child = None
     try:
         recovery.recover(store)  # what a killed wrap (or serve, or run) left open, servers included
+        if view:
+            child = start_view(ledger or cfg.run.ledger, opts.harness_run_id)
+        else:
+            typer.echo(view_line(ledger or cfg.run.ledger, opts.harness_run_id), err=True)
         code = serve_forever(run_wrapped(cfg, store, opts))
     finally:
         store.close()
+        if child is not None:
+            child.stop()
     check_line(ledger or cfg.run.ledger)
     if code:
         raise typer.Exit(code)

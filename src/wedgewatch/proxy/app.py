@@ -253,6 +253,10 @@ class Proxy:
                     "tokens_out": ex.watch.tokens,
                     "ttft": None if ex.watch.ttft is None else round(ex.watch.ttft, 3),
                     "seconds_since_last_token": round(ex.seconds_since_token(now), 3),
+                    # The stall the proxy found (it is ending the request, or holding it for a
+                    # resume), and the ids of the legs before this one (a resumed request).
+                    "stall": ex.stall.kind if ex.stall is not None else None,
+                    "legs": list(ex.legs),
                 }
             )
         return {

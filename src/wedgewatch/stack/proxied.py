@@ -11,6 +11,7 @@ from wedgewatch.config import WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
 from wedgewatch.proxy.engine_time import Scraper
+from wedgewatch.stack.address import record_address
 from wedgewatch.stack.listen import listen
 from wedgewatch.stack.recovery import recover
 from wedgewatch.wire.heartbeat import Feed
@@ -54,6 +55,8 @@ class ProxiedServer:
 
     async def start(self, host: str, port: int) -> str:
         url = await listen(self.proxy, host, port)
+        if self.ledger is not None:
+            record_address(self.ledger, url, None)
         if self.scraper is not None:
             self.scraper.start()
         return url

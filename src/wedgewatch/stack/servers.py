@@ -23,6 +23,7 @@ from wedgewatch.base.events import EventBus
 from wedgewatch.config import ServerConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy
+from wedgewatch.stack.address import record_address
 from wedgewatch.stack.listen import listen
 from wedgewatch.supervisor import Supervisor
 from wedgewatch.supervisor.admin import routes as admin_routes
@@ -71,6 +72,7 @@ class Stack:
             open_paths=[RESTART_PATH] if admin else [],
         )
         self.watchdog = watchdog
+        self._ledger, self._run_id = ledger, run_id
         self._detach = self.pool.attach(self.bus)
         # The requests the proxy holds on a life are work, whatever its server's gauges say.
         self.pool.see_proxy(self.proxy.held_on)
@@ -95,7 +97,12 @@ class Stack:
         line naming ``names`` (listen.py)."""
         if self.watchdog.enabled and not self.proxy_url:
             self.proxy_url = await listen(self.proxy, host, port, names)
+            self._record_address()
         return self.proxy_url
+
+    def _record_address(self) -> None:
+        if self._ledger is not None:
+            record_address(self._ledger, self.proxy_url, self._run_id)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Proxy, then a ready and warmed life of every server; returns ``url``. On any failure (or

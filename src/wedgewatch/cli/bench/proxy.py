@@ -24,6 +24,10 @@ def bench_proxy(
     peers: Annotated[
         str, typer.Option(help="Other proxies to measure in the same runs, comma-separated: nginx.")
     ] = "",
+    view: Annotated[
+        bool,
+        typer.Option("--view", help="Also measure each level with a live page of wedgewatch view attached."),
+    ] = False,
     api: Annotated[
         str,
         typer.Option(help="The API the throughput runs stream: chat, responses or messages (Anthropic's)."),
@@ -55,6 +59,7 @@ def bench_proxy(
             detection=detection,
             pin=pin,
             peers=names(peers),
+            view=view,
             api=api,
         )
     )

@@ -1,0 +1,232 @@
+"""The requests in flight: one row per request, its legs included (a request resumed on the next
+server life is one row with a leg per life), the slowest first.
+
+What is in flight comes from the ledger (a ``request_starts`` row without its ``requests`` row);
+how it is going (time to first token, tokens so far, seconds since the last token, a stall the
+proxy found) from the proxy's ``/wedgewatch/status`` when the view can reach it (``progress``),
+else those cells are blank. A row turns amber at half of a deadline (the first token's, the next
+token's or the whole request's, whichever is nearest), and red when the proxy ends it (a stall it
+found, or an end that is the infrastructure's); requests that ended within ``LINGER`` seconds stay,
+so an ending is seen, not missed between two looks."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from wedgewatch.analysis.panels.axis import duration
+from wedgewatch.analysis.panels.scope import RUN, Scope
+from wedgewatch.base.vocab import LIFE_FAILURES, OK, RESUMED, TOTAL_TIMEOUT, is_infra_outcome, sql_list
+from wedgewatch.config import WatchdogConfig
+from wedgewatch.ledger.store import Ledger
+
+LINGER = 60.0
+"""Seconds an ended request stays in the table."""
+HORIZON = 6 * 3600.0
+"""Ended requests are looked for among those started this long ago at most (an index range)."""
+
+# The row's states (docs/view.md): CSS classes, never stored.
+LIVE, AMBER, RED, DONE, ENDED = "live", "amber", "red", "done", "ended"
+
+
+def watchdog_of(ledger: Ledger, scope: Scope) -> dict[str, Any]:
+    """The watchdog settings of a run as it was created, else the defaults; the proxy's own
+    (its status) take their place when the view reaches it."""
+    if scope.kind == RUN:
+        rows = ledger.query("SELECT config_json FROM runs WHERE run_id = ?", (scope.id,))
+        try:
+            cfg = json.loads(rows[0][0]) if rows else {}
+            return dict(WatchdogConfig(**(cfg.get("watchdog") or {})).model_dump())
+        except (ValueError, TypeError):
+            pass
+    return dict(WatchdogConfig().model_dump())
+
+
+def _detail(raw: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass
+class Pending:
+    """What ``rows`` turns into the table: the starts without an end, the ends of the last
+    ``LINGER`` seconds, and the lives that failed or ended under requests still on them."""
+
+    starts: list[Any]
+    ends: list[Any]
+    doomed: set[str]
+
+
+def pending(ledger: Ledger, scope: Scope, now: float) -> Pending:
+    """The scope's requests in flight and just ended, and their lives' verdicts."""
+    mine, params = scope.requests_sql("s")
+    starts = ledger.query(
+        "SELECT s.request_id, s.attempt_id, s.life_id, s.started_at FROM request_starts s "
+        f"WHERE {mine} AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.request_id = s.request_id)",
+        params,
+    )
+    mine, params = scope.requests_sql("q")
+    ends = ledger.query(
+        "SELECT q.request_id, q.attempt_id, q.life_id, q.started_at, q.duration, q.outcome, q.ttft, "
+        f"q.tokens_out, q.detail_json FROM requests q WHERE {mine} AND q.started_at >= ? "
+        "AND q.started_at + q.duration >= ?",
+        (*params, now - HORIZON, now - LINGER),
+    )
+    # A life ended, or judged wedged or crashed, under a request still on it: the request is
+    # being ended (or held for a resume), though its own row has not come yet.
+    lives = sorted({str(r["life_id"]) for r in starts if r["life_id"]})
+    doomed: set[str] = set()
+    if lives:
+        marks = ", ".join("?" * len(lives))
+        doomed = {
+            str(r[0])
+            for r in ledger.query(
+                f"SELECT life_id FROM server_life_ends WHERE life_id IN ({marks}) UNION "
+                f"SELECT life_id FROM events WHERE life_id IN ({marks}) AND kind IN ({sql_list(LIFE_FAILURES)})",
+                (*lives, *lives),
+            )
+        }
+    return Pending(list(starts), list(ends), doomed)
+
+
+def rows(
+    ledger: Ledger,
+    found: Pending,
+    progress: Mapping[str, Mapping[str, Any]],
+    watchdog: Mapping[str, Any],
+    now: float,
+    rates: Mapping[str, float] | None = None,
+) -> list[dict[str, Any]]:
+    """The table's rows, slowest first, then those that ended, latest first."""
+    starts, ends = found.starts, found.ends
+    legs: dict[str, dict[str, Any]] = {}
+    prev_of: dict[str, str] = {}
+    for r in ends:
+        d = _detail(r["detail_json"])
+        legs[str(r["request_id"])] = {**dict(r), "ended": True, "cause": d.get("cause")}
+        if r["outcome"] == RESUMED and d.get("resumed_as"):
+            prev_of[str(d["resumed_as"])] = str(r["request_id"])
+    for s in starts:
+        rid = str(s["request_id"])
+        legs[rid] = {**dict(s), "ended": False}
+        earlier = list((progress.get(rid) or {}).get("legs") or [])
+        for a, b in itertools.pairwise([*earlier, rid]):
+            prev_of.setdefault(b, a)
+    heads: dict[str, list[str]] = {}
+    for rid in legs:
+        chain = [rid]
+        while chain[0] in prev_of and len(chain) < 64:
+            chain.insert(0, prev_of[chain[0]])
+        head = chain[0]
+        if len(chain) > len(heads.get(head, [])):
+            heads[head] = chain
+    # Only whole chains: a leg that another chain continues is not a row of its own.
+    tails = {c[-1] for c in heads.values()}
+    attempts = _attempts(ledger, {str(legs[c[-1]]["attempt_id"]) for c in heads.values() if c[-1] in legs})
+    out = []
+    for head, chain in heads.items():
+        if chain[-1] not in tails or chain[-1] not in legs:
+            continue
+        out.append(_row(head, chain, legs, progress, watchdog, now, attempts, rates or {}, found.doomed))
+    out.sort(key=lambda r: (r["ended"], -r["slowness"]))
+    return out
+
+
+def _attempts(ledger: Ledger, ids: set[str]) -> dict[str, tuple[str, int]]:
+    ids.discard("None")
+    if not ids:
+        return {}
+    marks = ", ".join("?" * len(ids))
+    found = ledger.query(
+        f"SELECT attempt_id, instance_id, attempt_no FROM attempts WHERE attempt_id IN ({marks})", tuple(ids)
+    )
+    return {str(r[0]): (str(r[1]), int(r[2])) for r in found}
+
+
+def _row(
+    head: str,
+    chain: list[str],
+    legs: Mapping[str, dict[str, Any]],
+    progress: Mapping[str, Mapping[str, Any]],
+    wd: Mapping[str, Any],
+    now: float,
+    attempts: Mapping[str, tuple[str, int]],
+    rates: Mapping[str, float],
+    doomed: set[str],
+) -> dict[str, Any]:
+    last = legs[chain[-1]]
+    first = legs.get(chain[0], last)
+    live = not last["ended"]
+    p = progress.get(chain[-1]) or {}
+    tokens = sum(int(legs[c].get("tokens_out") or 0) for c in chain if c in legs and legs[c]["ended"])
+    tokens += int(p.get("tokens_out") or 0) if live else 0
+    ttft = p.get("ttft") if live else last.get("ttft")
+    since = p.get("seconds_since_last_token") if live else None
+    started = float(first["started_at"])
+    age = (now if live else started + float(last.get("duration") or 0.0)) - started
+    leg_start = float(last["started_at"])
+    fraction = _fraction(now - leg_start, ttft, since, wd) if live else 0.0
+    if live:
+        ending = p.get("stall") or str(last.get("life_id")) in doomed
+        state = RED if ending else AMBER if fraction >= 0.5 else LIVE
+    else:
+        state = DONE if last["outcome"] == OK else RED if is_infra_outcome(str(last["outcome"])) else ENDED
+    tag = str(last.get("attempt_id") or "")
+    instance = attempts.get(tag)
+    return {
+        "id": head,
+        "short": head[-8:],
+        "tag": tag,
+        "instance": instance[0] if instance else None,
+        "attempt_no": instance[1] if instance else None,
+        "life": last.get("life_id"),
+        "life_short": str(last.get("life_id") or "-")[-8:],
+        "age": duration(age),
+        "ttft": "-" if ttft is None else f"{float(ttft):.1f} s",
+        "tokens": tokens if (live and p) or not live else "-",
+        "rate": "-" if chain[-1] not in rates else f"{rates[chain[-1]]:.1f}",
+        "since": "-" if since is None else f"{float(since):.1f} s",
+        "state": state,
+        "went_on": len(chain) > 1,  # resumed on a next life
+        "ended": not live,
+        "outcome": None if live else last["outcome"],
+        "stall": p.get("stall"),
+        "legs": [_leg(c, legs.get(c), progress.get(c), doomed) for c in chain],
+        # Live rows: the nearest deadline's share used; then the age, so the slowest lead.
+        "slowness": fraction * 1e6 + age if live else -(started + age),
+    }
+
+
+def _fraction(elapsed: float, ttft: Any, since: Any, wd: Mapping[str, Any]) -> float:
+    """The share of its nearest deadline a live leg has used (0 in record-only mode, which ends none)."""
+    if wd.get("record_only") or not wd.get("enabled", True):
+        return 0.0
+    parts = [elapsed / float(wd[TOTAL_TIMEOUT])]
+    if ttft is None:
+        parts.append(elapsed / float(wd["ttft_timeout"]))
+    elif since is not None:
+        parts.append(float(since) / float(wd["stall_timeout"]))
+    return max(parts)
+
+
+def _leg(
+    rid: str, leg: Mapping[str, Any] | None, p: Mapping[str, Any] | None, doomed: set[str]
+) -> dict[str, Any]:
+    if leg is None:
+        return {"id": rid, "short": rid[-8:], "label": "earlier leg", "cls": ENDED}
+    if not leg["ended"]:
+        stall = (p or {}).get("stall")
+        if stall or str(leg.get("life_id")) in doomed:
+            return {"id": rid, "short": rid[-8:], "label": stall or "its life ended", "cls": RED}
+        return {"id": rid, "short": rid[-8:], "label": "in flight", "cls": LIVE}
+    outcome = str(leg["outcome"])
+    if outcome == RESUMED:
+        return {"id": rid, "short": rid[-8:], "label": f"{leg.get('cause') or outcome}, resumed", "cls": RED}
+    cls = DONE if outcome == OK else RED if is_infra_outcome(outcome) else ENDED
+    return {"id": rid, "short": rid[-8:], "label": outcome, "cls": cls}
