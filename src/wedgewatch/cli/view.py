@@ -48,6 +48,13 @@ def view(
     """Serve a live page of the ledger on 127.0.0.1 (read-only): each server's lives, wedges and
     restarts, the requests in flight, every instance's attempts, the honest score as it moves.
     The same for a finished run. The first line printed is `view on URL`."""
+    try:
+        import aiohttp_sse  # noqa: F401
+        import jinja2  # noqa: F401
+    except ModuleNotFoundError as exc:
+        raise BadInput(
+            f"view: this needs the 'view' extra ({exc.name} is not installed): pip install 'wedgewatch[view]'"
+        ) from None
     for url in proxy or []:
         if not url.startswith(("http://", "https://")):
             raise BadInput(f"--proxy: {url!r} is not an http:// URL")
