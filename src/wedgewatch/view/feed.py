@@ -70,7 +70,8 @@ class Live:
     async def _index(self, changed: bool) -> str:
         if not self._due("index", STRIP_EVERY, changed):
             return ""
-        return await asyncio.to_thread(pages.index_body, self.ledger, True)
+        html, self._live = await asyncio.to_thread(pages.index_parts, self.ledger, True)
+        return html
 
     async def _scope(self, scope: Scope, rows: dict[str, list]) -> str:  # type: ignore[type-arg]
         tables = set(rows)

@@ -70,13 +70,19 @@ def scope_page(
 
 def index_body(ledger: Ledger, oob: bool = False) -> str:
     """Every scope of the ledger, newest first: its header and its lanes."""
+    return index_parts(ledger, oob)[0]
+
+
+def index_parts(ledger: Ledger, oob: bool = False) -> tuple[str, bool]:
+    """``index_body``, and whether any of its scopes is still live."""
     now = time.time()
-    parts = []
+    parts: list[dict[str, Any]] = []
     for scope in reversed(scopes(ledger)):
         h = header_ctx(ledger, scope, now)
         L = lanes_ctx(ledger, scope, now, bool(h["live"]))
         parts.append({"scope": scope, "h": h, "L": L, "sid": domid("scope", scope.path)})
-    return str(environment().get_template("index.html.j2").module.body(parts, oob))  # type: ignore[attr-defined]
+    html = str(environment().get_template("index.html.j2").module.body(parts, oob))  # type: ignore[attr-defined]
+    return html, any(bool(p["h"]["live"]) for p in parts)
 
 
 def index_page(ledger: Ledger, live: str, stream: str, title: str) -> str:
