@@ -84,7 +84,7 @@ async def _get(url: str, **headers: str) -> tuple[int, str, Mapping[str, str]]:
 
 
 async def test_the_run_page_shows_lanes_marks_legs_and_the_header(view: tuple[str, Ledger]) -> None:
-    base, _ = view
+    base, writer = view
     status, page, _ = await _get(base + "/run/r")
     assert status == 200
     assert re.search(r'class="life end-wedge"[^>]*data-life="life-old"', page)
@@ -109,6 +109,16 @@ async def test_the_run_page_shows_lanes_marks_legs_and_the_header(view: tuple[st
     assert "<script" not in still and "sse-connect" not in still
     for path in ("/", "/attempt/r-inst-a-1", "/life/life-old", "/static/htmx.min.js", "/static/sse.min.js"):
         assert (await _get(base + path))[0] == 200, path
+    # A wrapped run: its lives and requests, no attempts.
+    writer.append(
+        "harness_runs",
+        {"harness_run_id": "wrap-1", "started_at": time.time(), "argv_json": ["h"], "config_json": {},
+         "config_hash": "x", "tool_version": "test"},
+    )  # fmt: skip
+    add_life(writer, "wrap-1", "life-w", "crash", 3)
+    status, wrapped, _ = await _get(base + "/wrap/wrap-1")
+    assert status == 200 and "wrapped run" in wrapped and 'data-life="life-w"' in wrapped
+    assert 'id="attempts"' not in wrapped
     status, missing, _ = await _get(base + "/run/nope")
     assert status == 404 and "no run &#x27;nope&#x27;" in missing
 
