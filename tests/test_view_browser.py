@@ -231,6 +231,7 @@ time_scale = 20.0
         await expect(page.locator('#attempts tr[data-outcome="pending"]')).to_have_count(0, timeout=WAIT)
         _, err = run.communicate(timeout=300)
         assert run.returncode == 0, err[-2000:]
+        assert f"watch it live: wedgewatch view {ledger} --run live" in err  # run says how to watch it
         assert errors == []
         if SHOTS:
             await page.screenshot(path=str(Path(SHOTS) / "view-run.png"), full_page=True)

@@ -87,13 +87,12 @@ def view_line(ledger_path: str, run_id: str | None = None) -> str:
 
 
 def start_view(ledger_path: str, run_id: str | None = None) -> Any:
-    """``--view``: ``wedgewatch view`` in a process of its own (``view/child.py``), its address on
-    stderr; returns it, for ``stop()``."""
+    """``--view``: ``wedgewatch view`` in a process of its own (``view/child.py``), started and
+    listening (``.url``), for the command to print when it has started, and to ``stop()``."""
     from wedgewatch.view.child import ViewChild
 
     child = ViewChild(ledger_path, run_id)
-    url = child.start()
-    typer.echo(f"view on {url}", err=True)
+    child.start()
     return child
 
 

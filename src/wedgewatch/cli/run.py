@@ -67,6 +67,15 @@ def run_cmd(
 
     cfg: Config | None = load_config(config) if config is not None else None
     show = not json_out and sys.stderr.isatty()
+    # --view: the page's process starts before the run and waits for its ledger; the line giving its
+    # address (or, without --view, the command that starts one) comes once the run has passed its
+    # checks and has its row, so a refused run prints its one line and nothing else.
+    child = None
+
+    def announce(ctx: object) -> None:
+        line = f"view on {child.url}" if child is not None else view_line(str(ledger_path), rid)
+        typer.echo(line, err=True)
+
     if join is not None:
         for flag, value in (("--resume", resume), ("--run-id", run_id), ("--attempts", attempts)):
             if value is not None:
@@ -76,7 +85,7 @@ def run_cmd(
         join_cfg = cfg
 
         def call() -> object:
-            return runner_main.join(ledger_path, rid, given=join_cfg, show_progress=show)
+            return runner_main.join(ledger_path, rid, given=join_cfg, show_progress=show, on_context=announce)
     elif resume is not None:
         if run_id is not None:
             raise BadInput("--run-id: not with --resume (the run keeps its id)")
@@ -85,7 +94,9 @@ def run_cmd(
         given = cfg
 
         def call() -> object:
-            return runner_main.resume(ledger_path, rid, given=given, attempts=attempts, show_progress=show)
+            return runner_main.resume(
+                ledger_path, rid, given=given, attempts=attempts, show_progress=show, on_context=announce
+            )
     else:
         if cfg is None:
             raise BadInput("CONFIG: a config file is required (or --resume RUN_ID)")
@@ -100,12 +111,13 @@ def run_cmd(
         new_cfg = cfg
 
         def call() -> object:
-            return runner_main.start(new_cfg, run_id=rid, show_progress=show, source=str(config))
+            return runner_main.start(
+                new_cfg, run_id=rid, show_progress=show, source=str(config), on_context=announce
+            )
 
     shown = redact.url(str(ledger_path))  # a password in its URL is masked in what is printed
-    child = start_view(str(ledger_path), rid) if view else None
-    if child is None:
-        typer.echo(view_line(str(ledger_path), rid), err=True)
+    if view:
+        child = start_view(str(ledger_path), rid)
     try:
         call()
     except KeyboardInterrupt:

@@ -109,6 +109,7 @@ async def _serve(
             sys.stdout.flush()
             if view:
                 child = await asyncio.to_thread(start_view, ledger_path)
+                typer.echo(f"view on {child.url}", err=True)
             else:
                 typer.echo(view_line(ledger_path), err=True)
             failed = await stop.first(stack.pool.wait_failed())

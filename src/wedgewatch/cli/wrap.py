@@ -75,10 +75,12 @@ def wrap(
     child = None
     try:
         recovery.recover(store)  # what a killed wrap (or serve, or run) left open, servers included
+        # Printed once the harness has started (wrap/session.py), so a refused wrap prints one line.
         if view:
             child = start_view(ledger or cfg.run.ledger, opts.harness_run_id)
+            opts.view_line = f"view on {child.url}"
         else:
-            typer.echo(view_line(ledger or cfg.run.ledger, opts.harness_run_id), err=True)
+            opts.view_line = view_line(ledger or cfg.run.ledger, opts.harness_run_id)
         code = serve_forever(run_wrapped(cfg, store, opts))
     finally:
         store.close()

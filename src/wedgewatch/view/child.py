@@ -35,6 +35,7 @@ class ViewChild:
         if run_id is not None:
             self.argv += ["--run", run_id]
         self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
 
     def start(self) -> str:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -57,7 +58,8 @@ class ViewChild:
         if not first.startswith("view on "):
             self.stop()
             raise WedgewatchError(f"--view: the view did not start (it said {first or 'nothing'!r})")
-        return first.removeprefix("view on ")
+        self.url = first.removeprefix("view on ")
+        return self.url
 
     def stop(self) -> None:
         if self.proc is None:

@@ -45,6 +45,8 @@ class WrapOptions:
     tag: str | None = None  # every request of this harness under /a/<tag>/
     grace: float = 10.0
     harness_run_id: str = field(default_factory=lambda: new_id())
+    view_line: str = ""
+    """A line printed after the harness run's own (``--view``'s address, or how to start a view)."""
 
 
 def new_id() -> str:
@@ -115,6 +117,8 @@ async def wrap(cfg: Config, ledger: Ledger, opts: WrapOptions) -> int:
                 started_row = True
             # stderr, so a harness's own stdout (its results, if it prints them) stays its own.
             print(f"wedgewatch wrap: harness run {opts.harness_run_id}, base URL {base_url}", file=sys.stderr)
+            if opts.view_line:
+                print(opts.view_line, file=sys.stderr)
             try:
                 # Its own session: a terminal's Ctrl-C reaches wrap alone, which passes it on, and
                 # the whole group can be ended at once.
