@@ -85,7 +85,7 @@ def _stop(server: RunningServer) -> None:
 
 
 async def _page(browser: Any, url: str) -> tuple[Any, list[str]]:
-    page = await browser.new_page(viewport={"width": 1280, "height": 1100})
+    page = await browser.new_page(viewport={"width": 1280, "height": 720})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     await page.goto(url)
