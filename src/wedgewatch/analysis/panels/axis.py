@@ -31,4 +31,8 @@ class Axis:
 
     def ticks(self, n: int = 5) -> list[dict[str, Any]]:
         span = self.t1 - self.t0
-        return [{"at": round(i * 100.0 / n, 3), "label": duration(span * i / n)} for i in range(n + 1)]
+
+        def label(t: float) -> str:
+            return f"{t:.1f}s" if span < 20 else duration(t)  # a short window: tenths, not repeats
+
+        return [{"at": round(i * 100.0 / n, 3), "label": label(span * i / n)} for i in range(n + 1)]

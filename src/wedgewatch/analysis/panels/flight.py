@@ -24,7 +24,12 @@ from wedgewatch.config import WatchdogConfig
 from wedgewatch.ledger.store import Ledger
 
 LINGER = 60.0
-"""Seconds an ended request stays in the table."""
+"""Seconds a request that ended badly (red, or resumed) stays in the table."""
+LINGER_OK = 5.0
+"""Seconds a request that ended well stays: long enough to be seen ending, short enough that a
+busy server's hundreds of ends a minute do not bury what is in flight."""
+ENDED_AT_MOST = 50
+"""Ended requests shown at most, the latest."""
 HORIZON = 6 * 3600.0
 """Ended requests are looked for among those started this long ago at most (an index range)."""
 
@@ -133,9 +138,13 @@ def rows(
     for head, chain in heads.items():
         if chain[-1] not in tails or chain[-1] not in legs:
             continue
-        out.append(_row(head, chain, legs, progress, watchdog, now, attempts, rates or {}, found.doomed))
+        row = _row(head, chain, legs, progress, watchdog, now, attempts, rates or {}, found.doomed)
+        if row["ended"] and row["state"] == DONE and not row["went_on"] and row["ended_at"] < now - LINGER_OK:
+            continue
+        out.append(row)
     out.sort(key=lambda r: (r["ended"], -r["slowness"]))
-    return out
+    live = [r for r in out if not r["ended"]]
+    return live + [r for r in out if r["ended"]][:ENDED_AT_MOST]
 
 
 def _attempts(ledger: Ledger, ids: set[str]) -> dict[str, tuple[str, int]]:
@@ -200,6 +209,7 @@ def _row(
         "legs": [_leg(c, legs.get(c), progress.get(c), doomed) for c in chain],
         # Live rows: the nearest deadline's share used; then the age, so the slowest lead.
         "slowness": fraction * 1e6 + age if live else -(started + age),
+        "ended_at": started + age,
     }
 
 
