@@ -170,16 +170,17 @@ def test_stall_mid_trajectory_through_the_proxy(start_sim: StartSim, tmp_path: P
     faults = '[[fault]]\nwhen = { nth = 3 }\naction = "stall_after"\nafter_tokens = 2\n'
     sim = start_sim(*FAST, "--scenario", scenario(tmp_path, faults))
     argv = [sys.executable, "-m", "wedgewatch", "proxy", "--upstream", sim.url, "--port", "0"]
-    argv += ["--stall-timeout", "1", "--ttft-timeout", "3", "--records", str(tmp_path / "requests.jsonl")]
+    # The agent asks for one answer, not a stream: only total_timeout watches it (docs/proxy.md).
+    argv += ["--total-timeout", "1", "--records", str(tmp_path / "requests.jsonl")]
     proxy = launch(argv, tmp_path / "proxy.log")
     try:
         with pytest.raises(UpstreamStalled) as info:
             run_agent(proxy.url + "/a/att-1/v1", load_bundled()[0], tmp_path)
     finally:
         proxy.stop()
-    assert info.value.reason == "stall_midstream"  # the proxy's 1 s deadline ended it
+    assert info.value.reason == "total_timeout"  # the proxy's 1 s deadline ended it
     rows = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
-    assert [r["outcome"] for r in rows] == ["ok", "ok", "stall_midstream"]  # and no retry
+    assert [r["outcome"] for r in rows] == ["ok", "ok", "total_timeout"]  # and no retry
     assert trajectory()["steps"] == 2
 
 

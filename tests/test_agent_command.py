@@ -168,7 +168,8 @@ def test_a_swallowed_stall_is_in_the_ledger_and_decides_api_error(
     tmp_path: Path,
 ) -> None:
     sim = start_sim("--scenario", "keywords", "--time-scale", "50")
-    proxy = start_proxy(sim.url, ledger, ttft_timeout=1.0)
+    # The script asks for one answer, not a stream: only total_timeout watches it (docs/proxy.md).
+    proxy = start_proxy(sim.url, ledger, total_timeout=1.0)
     result, _, _ = run(
         script, tmp_path, f"{proxy}/a/att-stall/v1", "0", attempt_id="att-stall", problem="Fix it. STALL-TTFT"
     )
@@ -178,10 +179,10 @@ def test_a_swallowed_stall_is_in_the_ledger_and_decides_api_error(
     # The proxy's 1 s deadline ended the request (its 503), not the script's own 30 s timeout.
     assert "request failed: 503" in result.extra["output"] and "upstream_stalled" in result.extra["output"]
     rows = requests_of(ledger, "att-stall")
-    assert [(r["outcome"], r["http_status"]) for r in rows] == [("stall_ttft", 503)]
+    assert [(r["outcome"], r["http_status"]) for r in rows] == [("total_timeout", 503)]
     # The runner believes the proxy's rows, not the exit code.
     status = decide(result, None, [r["outcome"] for r in rows], is_infra_outcome)
-    assert status == ("api_error", "stall_ttft")
+    assert status == ("api_error", "total_timeout")
 
 
 def test_nonzero_exit_is_early_stop_agent_exit(script: Path, tmp_path: Path) -> None:

@@ -128,14 +128,15 @@ def test_a_midtrajectory_stall_is_upstream_stalled_after_one_request(
     scenario = tmp_path / "stall3.toml"
     scenario.write_text('[[fault]]\nwhen.nth = 3\naction = "stall_ttft"\n')
     sim = start_sim(*FAST, "--scenario", str(scenario))
-    proxy = start_proxy(sim.url, ledger, ttft_timeout=1.0)
+    # mini asks for one answer, not a stream: only total_timeout watches it (docs/proxy.md).
+    proxy = start_proxy(sim.url, ledger, total_timeout=1.0)
     with pytest.raises(UpstreamStalled) as info:
         run_mini(f"{proxy}/a/att-stall/v1", tmp_path, "att-stall")
-    assert info.value.reason == "stall_ttft" and info.value.status == "api_error"
+    assert info.value.reason == "total_timeout" and info.value.status == "api_error"
     # Two good turns, then the stall; mini's own retry loop did not send the request again.
-    assert outcomes(ledger, "att-stall") == ["ok", "ok", "stall_ttft"]
+    assert outcomes(ledger, "att-stall") == ["ok", "ok", "total_timeout"]
     traj = load_trajectory(run_mini.trajectory)  # type: ignore[attr-defined]
-    assert traj["info"]["wedgewatch"] == {"status": "api_error", "reason": "stall_ttft"}
+    assert traj["info"]["wedgewatch"] == {"status": "api_error", "reason": "total_timeout"}
 
 
 def test_a_server_error_is_upstream_http_error_without_retries(start_sim: StartSim, tmp_path: Path) -> None:

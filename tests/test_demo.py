@@ -74,8 +74,16 @@ def test_the_default_demo_shows_every_defence_against_the_same_wedge(
         assert set(KEYS) <= run.keys()
         assert run["true_resolved"] == naive["true_resolved"] > 0  # one model, one truth
 
-    # The guarded arm met the wedge, caught it, restarted the server and retried the casualties...
-    assert guarded["stalls"] >= 1 and guarded["restarts"] >= 1 and guarded["retried_attempts"] >= 1
+    # The guarded arm met the wedge, caught it and restarted the server; its casualties went on,
+    # on the next life (the agent asks for one answer, not a stream: resumed whole), or were
+    # retried when their deadline ran out before the verdict was in (a race at this time scale)...
+    with sqlite3.connect(out / "ledger.sqlite") as db:
+        (resumed,) = db.execute(
+            "SELECT COUNT(*) FROM requests q JOIN attempts a ON a.attempt_id = q.attempt_id "
+            "WHERE a.run_id = ? AND q.outcome = 'resumed'",
+            (guarded["run_id"],),
+        ).fetchone()
+    assert guarded["stalls"] + resumed >= 1 and guarded["restarts"] >= 1
     assert guarded["infra_failed"] == 0 and guarded["of_which_hangs"] == 0
     # ...so its published score is the model's true skill on every instance it finished.
     assert guarded["published_resolved"] == guarded["true_resolved_on_published"]

@@ -45,8 +45,8 @@ def test_the_cli_proxy_watches_records_jsonl_and_never_logs_the_key(
         status = json.loads(urllib.request.urlopen(proxy.url + "/wedgewatch/status", timeout=5).read())
         assert status["loop"] == "uvloop" and status["in_flight"] == []
         with pytest.raises(openai.InternalServerError) as info:
-            client.chat.completions.create(
-                model="sim-model", messages=[{"role": "user", "content": "STALL-TTFT"}]
+            client.chat.completions.create(  # a stream: its first-token deadline is the flag's
+                model="sim-model", messages=[{"role": "user", "content": "STALL-TTFT"}], stream=True
             )
         assert info.value.body["code"] == "stall_ttft"  # type: ignore[index]
         assert "(ttft_timeout 1 s)" in info.value.body["message"]  # type: ignore[index]  # the flag's

@@ -1,5 +1,5 @@
-"""The proxy's core without sockets: deadlines on an injected clock, progress classification of SSE
-payloads, and assembly of a non-streaming answer from chunks."""
+"""The proxy's core without sockets: deadlines on an injected clock, and progress classification of
+SSE payloads."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from wedgewatch.base.vocab import INFRA_OUTCOMES, STALL_KINDS, is_infra_outcome
 from wedgewatch.config import WatchdogConfig
 from wedgewatch.proxy import Stall, Watch
 from wedgewatch.proxy.deadlines import Buckets
-from wedgewatch.proxy.dialects.assemble import Assembler
 from wedgewatch.proxy.dialects.chat_bytes import (
     error_code,
     finish_reason,
@@ -109,6 +108,30 @@ def test_the_earliest_deadline_wins() -> None:
     assert w.deadline() == (3.0, "total_timeout")
 
 
+def test_a_whole_answer_is_watched_by_the_total_deadline_alone() -> None:
+    """A request for one answer, not a stream, has no tokens to watch: no first-token, mid-stream
+    or trickle deadline (each would fire on a long answer), only ``total_timeout``."""
+    w = Watch(CFG, start=0.0)
+    w.whole = True
+    assert w.deadline() == (100.0, "total_timeout")
+    assert w.check(99.9) == 100.0
+    assert _stall(w.check(100.0)).kind == "total_timeout"
+    w.answered(42)
+    assert w.tokens == 42 and w.ttft is None
+
+
+def test_under_engine_time_a_whole_answer_counts_no_stepping_and_its_queue_extends_total() -> None:
+    w = Watch(CFG, start=0.0, engine=True)
+    w.whole = True
+    # Far past engine_ttft_timeout (120 s) of engine stepping: a long generation, not a stall.
+    for t in range(1, 200):
+        assert w.charge(float(t), 1.0, stepping=True, queued=False) is None
+    assert w.charge(200.0, 30.0, stepping=True, queued=True) is None
+    assert w.deadline() == (130.0, "total_timeout")
+    stopped = w.engine_stopped(140.0, 12.0, 10.0)
+    assert stopped.kind == "stall_ttft" and "engine stopped" in stopped.message
+
+
 def test_inter_token_gaps_are_counted_without_a_lock() -> None:
     b = Buckets((0.01, 0.1, 1.0))
     w = Watch(CFG, start=0.0, itl=b)
@@ -182,112 +205,3 @@ def test_errors_usage_and_finish_reason_are_read_from_the_bytes() -> None:
     assert finish_reason(_chunk({"content": ""}, finish_reason="length")) == "length"
     assert finish_reason(_chunk({"content": "x"})) is None
     assert finish_reason(b'{"choices": [{"delta": {}, "finish_reason" : "stop"}]}') == "stop"  # spaced JSON
-
-
-# --- assembly ------------------------------------------------------------------------------------
-
-
-def _chat_stream() -> list[dict[str, Any]]:
-    raw = [
-        _chunk({"role": "assistant", "content": ""}),
-        _chunk({"reasoning_content": "Let me "}),
-        _chunk({"reasoning_content": "think."}),
-        _chunk({"content": "Calling "}),
-        _chunk({"content": "tools."}),
-        _chunk(
-            {"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "ls"}}]}
-        ),
-        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"path": '}}]}),
-        _chunk(
-            {"tool_calls": [{"index": 1, "id": "call_b", "type": "function", "function": {"name": "cat"}}]}
-        ),
-        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"."}'}}]}),
-        _chunk({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]}, stop_reason=None),
-        _chunk({"content": ""}, finish_reason="tool_calls", stop_reason=None),
-    ]
-    chunks = [json.loads(r) for r in raw]
-    usage = {"prompt_tokens": 7, "total_tokens": 17, "completion_tokens": 10}
-    chunks.append(
-        {
-            "id": "c1",
-            "object": "chat.completion.chunk",
-            "created": 1,
-            "model": "m",
-            "choices": [],
-            "usage": usage,
-        }
-    )
-    return chunks
-
-
-def test_chat_answer_is_assembled_with_tool_calls_per_index() -> None:
-    asm = Assembler("chat")
-    for c in _chat_stream():
-        asm.feed(c)
-    ans = asm.answer()
-    assert ans["object"] == "chat.completion" and ans["id"] == "c1" and ans["model"] == "m"
-    assert ans["created"] == 1
-    assert ans["usage"] == {"prompt_tokens": 7, "total_tokens": 17, "completion_tokens": 10}
-    (choice,) = ans["choices"]
-    assert choice["finish_reason"] == "tool_calls" and choice["logprobs"] is None
-    assert choice["stop_reason"] is None
-    msg = choice["message"]
-    assert msg["role"] == "assistant"
-    assert msg["content"] == "Calling tools."
-    assert msg["reasoning_content"] == "Let me think."
-    assert msg["tool_calls"] == [
-        {"id": "call_a", "type": "function", "function": {"name": "ls", "arguments": '{"path": "."}'}},
-        {"id": "call_b", "type": "function", "function": {"name": "cat", "arguments": "{}"}},
-    ]
-
-
-def test_a_reply_of_only_tool_calls_has_null_content_and_plain_text_has_no_reasoning() -> None:
-    asm = Assembler("chat")
-    for c in _chat_stream():
-        delta = c["choices"][0]["delta"] if c["choices"] else {}
-        if delta.get("content"):
-            continue
-        asm.feed(c)
-    assert asm.answer()["choices"][0]["message"]["content"] is None
-    asm = Assembler("chat")
-    asm.feed(json.loads(_chunk({"role": "assistant", "content": ""})))
-    asm.feed(json.loads(_chunk({"content": ""}, finish_reason="length")))
-    msg = asm.answer()["choices"][0]["message"]
-    # Only what the stream carried: no null reasoning, no empty tool calls (llama.cpp rejects a
-    # null reasoning_content sent back as history).
-    assert msg == {"role": "assistant", "content": ""}
-
-
-def test_completion_answer_and_logprobs_are_concatenated() -> None:
-    asm = Assembler("completion")
-    for text, lp, fin in (("Hel", ["Hel"], None), ("lo", ["lo"], "stop")):
-        asm.feed(
-            {
-                "id": "cmpl-1",
-                "object": "text_completion",
-                "created": 2,
-                "model": "m",
-                "choices": [
-                    {
-                        "index": 0,
-                        "text": text,
-                        "finish_reason": fin,
-                        "logprobs": {"tokens": lp, "token_logprobs": [-0.1]},
-                    }
-                ],
-            }
-        )
-    ans = asm.answer()
-    assert ans["object"] == "text_completion"
-    (choice,) = ans["choices"]
-    assert choice["text"] == "Hello" and choice["finish_reason"] == "stop"
-    assert choice["logprobs"] == {"tokens": ["Hel", "lo"], "token_logprobs": [-0.1, -0.1]}
-
-
-def test_several_choices_are_kept_apart() -> None:
-    asm = Assembler("chat")
-    for i, text in ((0, "a"), (1, "b"), (0, "c"), (1, "d")):
-        asm.feed({"id": "x", "choices": [{"index": i, "delta": {"content": text}}]})
-    choices = asm.answer()["choices"]
-    assert [c["message"]["content"] for c in choices] == ["ac", "bd"]
-    assert [c["index"] for c in choices] == [0, 1]

@@ -66,22 +66,31 @@ def _outcomes(ledger: Ledger) -> list[tuple[str, int | None]]:
     ]
 
 
-async def test_the_upstream_is_asked_to_stream_with_usage_and_gets_the_key(setup: Factory) -> None:
+async def test_a_stream_is_asked_for_usage_and_one_answer_goes_as_sent(setup: Factory) -> None:
     proxy, up, _, _ = await setup()
-    res = await _client(proxy).chat.completions.create(
+    stream = await _client(proxy).chat.completions.create(
         model="m",
         messages=[{"role": "user", "content": "CRLF"}],
-        stream=False,
-        stream_options=None,
+        stream=True,
         extra_body={"stream_options": {"continuous_usage_stats": False}},
     )
-    assert res.choices[0].message.content == "Hello there"
-    assert res.choices[0].finish_reason == "stop" and res.usage is not None
+    assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == "Hello there"
     headers, body = up.seen[0]
     assert body["stream"] is True
     assert body["stream_options"] == {"continuous_usage_stats": False, "include_usage": True}
     assert headers["Authorization"] == f"Bearer {KEY}"
     assert headers["Accept-Encoding"] == "identity"
+    # One answer asked for: the client's bytes go upstream as they are, key and all.
+    sent = b'{"model": "m",  "messages": [{"role": "user", "content": "CRLF"}], "stream_options": {}}'
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(
+            proxy.url + "/v1/chat/completions", data=sent, headers={"Authorization": f"Bearer {KEY}"}
+        ) as r,
+    ):
+        assert r.status == 200 and (await r.json())["choices"][0]["message"]["content"] == "Hello there"
+    assert up.raw[1] == sent
+    assert up.seen[1][0]["Authorization"] == f"Bearer {KEY}"
 
 
 async def test_a_generation_without_v1_is_watched_too(setup: Factory) -> None:
@@ -99,7 +108,7 @@ async def test_a_generation_without_v1_is_watched_too(setup: Factory) -> None:
             pass
     assert [o for o, _ in _outcomes(ledger)] == ["ok", "stall_midstream"]
     assert ledger.query("SELECT DISTINCT path FROM requests")[0][0] == "/chat/completions"
-    assert [body["stream"] for _, body in up.seen] == [True, True]  # the proxy's own stream
+    assert [body.get("stream") for _, body in up.seen] == [None, True]  # as the client asked
 
 
 async def test_a_gzip_request_body_goes_upstream_decoded_and_says_so(setup: Factory) -> None:
@@ -160,12 +169,14 @@ async def test_an_error_inside_the_stream_is_an_upstream_error(setup: Factory) -
         )
         async for _ in stream:
             pass
-    with pytest.raises(openai.InternalServerError) as info:
+    # One answer: the server's own 500 (vLLM's for an engine that died), the server's failure.
+    with pytest.raises(openai.InternalServerError, match="engine died") as info:
         await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "ERROR"}])
     assert info.value.response.headers["x-should-retry"] == "false"
-    assert info.value.body["code"] == "stream_error_event"  # type: ignore[index]
-    assert [o for o, _ in _outcomes(ledger)] == ["stream_error_event"] * 2
-    assert [e.outcome for e in events if isinstance(e, UpstreamFailed)] == ["stream_error_event"] * 2
+    assert info.value.body["code"] == "upstream_http_500"  # type: ignore[index]
+    assert [o for o, _ in _outcomes(ledger)] == ["stream_error_event", "upstream_http_500"]
+    failed = [e.outcome for e in events if isinstance(e, UpstreamFailed)]
+    assert failed == ["stream_error_event", "upstream_http_500"]
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -187,7 +198,9 @@ async def test_an_error_before_any_token_is_answered_with_its_own_http_status(
             model="m", messages=[{"role": "user", "content": "ERROR0"}], stream=stream
         )
     assert failed.value.status_code == 500 and failed.value.response.headers["x-should-retry"] == "false"
-    assert [o for o, _ in _outcomes(ledger)] == ["client_error", "stream_error_event"]
+    # One answer asked for: the server's own status said it (upstream_http_500 for the 500).
+    second = "stream_error_event" if stream else "upstream_http_500"
+    assert [o for o, _ in _outcomes(ledger)] == ["client_error", second]
     assert len(upstream.seen) == 2  # one request each: the SDK did not retry
 
 
@@ -229,7 +242,7 @@ async def test_a_stream_cut_before_done_is_the_upstreams_failure(setup: Factory)
 async def test_an_upstream_that_ignores_stream_true_is_passed_through(setup: Factory) -> None:
     proxy, _, ledger, _ = await setup()
     async with aiohttp.ClientSession() as s:
-        body = {"model": "m", "messages": [{"role": "user", "content": "JSON"}]}
+        body = {"model": "m", "messages": [{"role": "user", "content": "JSON"}], "stream": True}
         async with s.post(proxy.url + "/v1/chat/completions", json=body) as r:
             assert r.status == 200 and (await r.json())["id"] == "x"
         async with s.post(proxy.url + "/v1/chat/completions", data=b"{not json") as r:
@@ -240,6 +253,8 @@ async def test_an_upstream_that_ignores_stream_true_is_passed_through(setup: Fac
             assert r.status == 400 and error["code"] == "invalid_stream" and '"yes"' in error["message"]
         async with s.post(proxy.url + "/a/bad id/v1/chat/completions", json=body) as r:
             assert r.status == 404
+    [first] = ledger.query("SELECT detail_json FROM requests ORDER BY started_at LIMIT 1")
+    assert json.loads(first["detail_json"])["upstream_streamed"] is False
     rows = ledger.query("SELECT outcome, completion_tokens, http_status FROM requests ORDER BY started_at")
     assert [tuple(r) for r in rows] == [
         ("ok", 2, 200),
@@ -252,7 +267,9 @@ async def test_a_server_that_never_sends_headers_is_a_stall_ttft_and_is_hung_up_
     clock = ManualClock()
     proxy, up, ledger, events = await setup(clock)
     call = asyncio.ensure_future(
-        _client(proxy).chat.completions.create(model="m", messages=[{"role": "user", "content": "HANG"}])
+        _client(proxy).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "HANG"}], stream=True
+        )
     )
     await eventually_async(lambda: len(up.seen) == 1, what="the request upstream")
     await clock.advance(1.9)  # ttft_timeout is 2 s on the proxy's clock

@@ -95,6 +95,14 @@ class BrokenServer:
             return web.Response(text="<html><body>502 Bad Gateway</body></html>", content_type="text/html")
         if word == "EMPTYJSON":  # JSON, but no answer in it
             return web.json_response({"id": None, "choices": []})
+        if not body.get("stream"):  # one answer asked for
+            if word == "UNFINISHED":  # half its JSON body, then a clean end
+                return web.Response(
+                    body=b'{"id": "c", "choices": [{"index": 0, "mess', content_type="application/json"
+                )
+            if word == "ERRORMID":  # an error object, with 200
+                return web.json_response({"error": {"message": "EngineCore died", "code": 500}})
+            # the others: a stream, though none was asked for
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         if word == "NOTJSON":
@@ -192,6 +200,16 @@ FAULTS = [
     ("ERRORMID", "stream_error_event"),
     ("UNFINISHED", "stream_unfinished"),
 ]
+# One answer asked for (the request went upstream as sent): the whole body is judged. A stream
+# where none was asked for, like an HTML page or half a JSON body, is not the API's JSON.
+ONE_ANSWER = {
+    "HTML": "reply_not_json",
+    "EMPTYJSON": "reply_not_api",
+    "NOTJSON": "reply_not_json",
+    "ONLYDONE": "reply_not_json",
+    "ERRORMID": "reply_not_api",
+    "UNFINISHED": "reply_not_json",
+}
 
 
 @pytest.mark.parametrize("api", list(API_PATHS))
@@ -201,6 +219,8 @@ async def test_a_broken_reply_is_the_servers_failure_with_its_own_name(
     proxied: tuple[Proxy, Ledger], api: str, stream: bool, word: str, outcome: str
 ) -> None:
     proxy, ledger = proxied
+    if not stream:
+        outcome = ONE_ANSWER[word]
     status, headers, body = await _ask(proxy, api, word, stream)
     row = _last_row(ledger)
     assert row["outcome"] == outcome, json.loads(row["detail_json"]).get("error")
@@ -276,7 +296,10 @@ async def test_a_client_too_slow_to_send_its_body_is_the_clients_fault(tmp_path:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     clock = ManualClock()
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    # A stream: its first-token deadline is what the second half shows counting from the send.
+    body = json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    ).encode()
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"

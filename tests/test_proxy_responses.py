@@ -70,7 +70,11 @@ async def test_a_stalled_response_is_raised_at_once_without_retry(
             await client(watched).responses.create(model=MODEL, input=prompt)
 
     call = asyncio.ensure_future(ask())
-    await watched.past_the_deadline(call, before, tokens=5 if kind == "stall_midstream" else 0)
+    if stream:
+        await watched.past_the_deadline(call, before, tokens=5 if kind == "stall_midstream" else 0)
+    else:  # one whole answer has no tokens to watch: only total_timeout (30 s here) ends it
+        kind = "total_timeout"
+        await watched.past_the_deadline(call, before, window=30.0)
     with pytest.raises(openai.APIError) as info:
         await asyncio.wait_for(call, 10)
     err = info.value
@@ -124,7 +128,14 @@ async def test_a_non_streaming_answer_is_the_upstreams_response(
     status, raw = await _raw(keywords_sim.url, body)
     assert status == 200
     own = json.loads(raw)
-    res = await client(watched).responses.create(**body)  # the proxy streamed it upstream
+    status, raw_proxied = await _raw(watched.proxy.url, body)  # sent upstream as it was
+    assert status == 200
+    mine = json.loads(raw_proxied)
+    # The server's own answer, every field: only its ids and the time it was made differ.
+    ids = {"id": None, "created_at": None, "output": [{**item, "id": None} for item in own["output"]]}
+    mine["output"] = [{**item, "id": None} for item in mine["output"]]
+    assert {**mine, **ids} == {**own, **ids}
+    res = await client(watched).responses.create(**body)  # and the SDK reads it as any answer
     assert res.status == own["status"] == "completed"
     assert res.usage is not None and res.usage.output_tokens == own["usage"]["output_tokens"]
     assert [item.type for item in res.output] == [item["type"] for item in own["output"]]
@@ -135,10 +146,10 @@ async def test_a_non_streaming_answer_is_the_upstreams_response(
         assert call.call_id == own["output"][0]["call_id"]
     else:
         assert res.output_text == own["output"][0]["content"][0]["text"] and len(res.output_text) > 40
-    (row,) = watched.rows()
-    assert row["outcome"] == "ok" and row["client_stream"] == 0
-    # every token counted as progress: each delta, and the event that names a function call
-    assert row["tokens_out"] == own["usage"]["output_tokens"] == row["completion_tokens"]
+    rows = watched.rows()
+    assert [(r["outcome"], r["client_stream"]) for r in rows] == [("ok", 0), ("ok", 0)]
+    # its tokens, from the answer's usage
+    assert rows[0]["tokens_out"] == own["usage"]["output_tokens"] == rows[0]["completion_tokens"]
 
 
 async def test_upstream_errors_on_the_responses_api_are_infra_errors_the_sdk_does_not_retry(

@@ -75,7 +75,9 @@ def test_attempts_that_stalled_on_a_wedged_server_are_requeued(tmp_path: Path) -
     not the flat counters, comes first: a restart before the stall would leave the agent's thread
     running, and its late requests would count toward the next life's 10th.)"""
     faults = '[[fault]]\nwhen.nth = 10\naction = "wedge"\n'
-    path = write_config(tmp_path, faults=faults, ids=IDS[:2], concurrency=1, wedge_window=60.0)
+    # total: the agent's request (one answer, not a stream) ends at total_timeout, 2 s at this
+    # time scale, before the wedge window (3 s) finds the wedge.
+    path = write_config(tmp_path, faults=faults, ids=IDS[:2], concurrency=1, wedge_window=60.0, total=40)
     cfg = load_config(path)
     cfg.run.attempts = 1
     ex = runner_main.start(cfg, run_id="wedged")
@@ -101,7 +103,12 @@ def test_resume_with_more_attempts_finishes_the_infra_failed_and_keeps_every_row
     # of a wedge, and a 1 s window raced the proxy's 1 s first-token deadline, once restarting.)
     faults = f'[[fault]]\nwhen.contains = "{problem_line(1)}"\ntimes = 2\naction = "stall_ttft"\n'
     path = write_config(
-        tmp_path, faults=faults, ids=IDS[:2], server="restart_after_api_errors = 0", wedge_window=60.0
+        tmp_path,
+        faults=faults,
+        ids=IDS[:2],
+        server="restart_after_api_errors = 0",
+        wedge_window=60.0,
+        total=40,
     )
     path.write_text(path.read_text().replace("attempts = 3", "attempts = 1"))
     ledger = str(load_config(path).run.ledger)

@@ -59,6 +59,7 @@ def write_config(
     name: str = "c",
     wedge_window: float = 5.0,
     deadline: float = 20.0,
+    total: float = 240.0,
 ) -> Path:
     scenario = tmp_path / f"{name}-scenario.toml"
     scenario.write_text(f"[policy]\nskill = {skill}\n{faults}")
@@ -78,6 +79,7 @@ count = 1
 [watchdog]
 ttft_timeout = {deadline}
 stall_timeout = {deadline}
+total_timeout = {total}
 [agent]
 step_limit = 8
 [suite]
@@ -111,9 +113,12 @@ action = "stall_ttft"
 when.contains = "{problem_line(1)}"
 action = "stall_ttft"
 """
-    cfg = load_config(
-        write_config(tmp_path, faults=faults, ids=IDS[:3], server="restart_after_api_errors = 0")
+    # The agent asks for one answer, not a stream: a stalled one ends at total_timeout (2 s at this
+    # time scale), before the wedge window (3 s) would call the lone stuck request a wedge.
+    path = write_config(
+        tmp_path, faults=faults, ids=IDS[:3], server="restart_after_api_errors = 0", wedge_window=60, total=40
     )
+    cfg = load_config(path)
     ex = runner_main.start(cfg, run_id="stall")
     assert ex.end_mark == "finished"
     with Ledger(cfg.run.ledger) as lg:
@@ -124,19 +129,21 @@ action = "stall_ttft"
             "SELECT attempt_id, outcome FROM requests WHERE outcome != 'ok' AND attempt_id IS NOT NULL"
         )
     first = att[IDS[0]]
-    assert [(a["status"], a["reason"]) for a in first] == [("api_error", "stall_ttft"), ("submitted", "")]
+    assert [(a["status"], a["reason"]) for a in first] == [("api_error", "total_timeout"), ("submitted", "")]
     assert first[0]["sandbox_path"] != first[1]["sandbox_path"]
     assert Path(first[0]["sandbox_path"]).parent != Path(first[1]["sandbox_path"]).parent
     assert got[IDS[0]] == "resolved"
     # stalls every time: all three attempts api_error, counted infra_failed, not a model failure
-    assert [a["reason"] for a in att[IDS[1]]] == ["stall_ttft"] * 3
+    assert [a["reason"] for a in att[IDS[1]]] == ["total_timeout"] * 3
     assert got[IDS[1]] == "infra_failed"
     assert got[IDS[2]] == "resolved"
-    assert {(r["attempt_id"], r["outcome"]) for r in stall_rows} >= {(first[0]["attempt_id"], "stall_ttft")}
+    assert {(r["attempt_id"], r["outcome"]) for r in stall_rows} >= {
+        (first[0]["attempt_id"], "total_timeout")
+    }
     assert s["outcomes"]["infra_failed"] == 1 and s["outcomes"]["resolved"] == 2
     assert (s["resolved_rate_all"]["k"], s["resolved_rate_all"]["n"]) == (2, 3)
     assert (s["resolved_rate_model"]["k"], s["resolved_rate_model"]["n"]) == (2, 2)
-    assert s["stalls"]["stall_ttft"] == 4
+    assert s["stalls"]["total_timeout"] == 4
 
 
 def test_model_side_outcomes_are_final(tmp_path: Path) -> None:

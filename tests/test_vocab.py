@@ -55,7 +55,6 @@ HOMONYMS: dict[tuple[str, str], tuple[int, str]] = {
     ("ledger/pg/store.py", "connection"): (1, "Alembic's attribute holding the connection"),
     ("ledger/pg/store.py", "ok"): (1, "SQLite's integrity_check answer, which PostgreSQL's check mimics"),
     ("proxy/app.py", "total_timeout"): (1, _TOTAL_TIMEOUT),
-    ("proxy/dialects/assemble.py", "created"): (3, _OPENAI_FIELD),
     ("proxy/dialects/chat.py", "created"): (1, _OPENAI_FIELD),
     ("proxy/resume/chat_replay.py", "created"): (1, _OPENAI_FIELD),
     ("proxy/resume/continuation.py", "created"): (2, _OPENAI_FIELD),
@@ -88,8 +87,8 @@ HOMONYMS: dict[tuple[str, str], tuple[int, str]] = {
     ("supervisor/life.py", "running"): (1, "a reading's field: the server's running requests"),
     ("supervisor/watcher.py", "canary"): (2, "the wedge evidence's source and field: the probe"),
     ("testing/upstream.py", "api_error"): (1, "Anthropic's error type"),
-    ("testing/upstream.py", "created"): (1, _OPENAI_FIELD),
-    ("testing/upstream.py", "stop"): (4, _OPENAI_FIELD),
+    ("testing/upstream.py", "created"): (2, _OPENAI_FIELD),
+    ("testing/upstream.py", "stop"): (5, _OPENAI_FIELD),
 }
 
 

@@ -12,7 +12,6 @@ catches.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
@@ -22,13 +21,21 @@ from multidict import CIMultiDict
 
 from wedgewatch.base.clock import Timer
 from wedgewatch.base.protocols import LifeInfo, Router, Upstream
-from wedgewatch.base.vocab import CLIENT_DISCONNECT, CLIENT_ERROR, OK, REPLY_TOO_LARGE, upstream_http
+from wedgewatch.base.vocab import (
+    CLIENT_DISCONNECT,
+    CLIENT_ERROR,
+    OK,
+    REPLY_NOT_API,
+    REPLY_TOO_LARGE,
+    upstream_http,
+)
 from wedgewatch.proxy.arrival import Arrival
 from wedgewatch.proxy.body import Asked
 from wedgewatch.proxy.deadlines import Stall, Watch
-from wedgewatch.proxy.dialects.assemble import Kind
-from wedgewatch.proxy.dialects.chat import StreamRelay, decode
+from wedgewatch.proxy.dialects.chat import StreamRelay
 from wedgewatch.proxy.dialects.chat_bytes import snippet
+from wedgewatch.proxy.dialects.kind import Kind
+from wedgewatch.proxy.dialects.whole import output_tokens, summary
 from wedgewatch.proxy.ending import Ending
 from wedgewatch.proxy.http import REQUEST_ID_HEADER, cut_short, error_object, error_response, forward_headers
 from wedgewatch.proxy.replies import error_verdict, read_capped, whole_body
@@ -37,6 +44,7 @@ from wedgewatch.proxy.shared import Shared
 log = logging.getLogger("wedgewatch.proxy.exchange")  # a request's line reads as the proxy's
 
 CLIENT_GONE = (ConnectionError, aiohttp.ClientConnectionResetError)
+_READ_FAILED = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
 
 
 class Answers:
@@ -114,20 +122,32 @@ class Answers:
         msg = f"upstream answered HTTP {resp.status}: {snippet(data)}"
         return await self._fail(upstream_http(resp.status), resp.status, "upstream_error", msg)
 
-    async def _plain(self, resp: aiohttp.ClientResponse) -> web.StreamResponse:
-        """An upstream that ignored ``stream: true``: its one answer goes back as it is, when it
-        is the API's answer; anything else (an HTML page, text, other JSON) is the server's fault."""
-        data = await read_capped(resp, self.ctx.cfg.max_body_bytes)
+    async def _whole(self, resp: aiohttp.ClientResponse) -> web.StreamResponse:
+        """A whole answer: the one a non-streaming client asked for (its request went upstream
+        as sent), or one a server sent a streaming client though it asked for a stream. It goes
+        back as the server gave it (status, body, headers) when it is the API's answer; anything
+        else (an HTML page, text, other JSON) is the server's fault. Its usage makes the row."""
+        try:
+            data = await read_capped(resp, self.ctx.cfg.max_body_bytes)
+        except _READ_FAILED:
+            if self.stall is not None:
+                return await self._stalled()
+            raise
+        if self.stall is not None:  # the deadline passed as the body ended
+            return await self._stalled()
         if data is None:
             return await self._fail(REPLY_TOO_LARGE, 502, "upstream_error", self._too_large("a body"))
-        fault = whole_body(self.kind, resp.headers.get("Content-Type", ""), data)
-        if fault is not None:
-            return await self._fail(fault[0], 502, "upstream_error", fault[1])
-        self.watch.progress(self.ctx.clock())
+        obj, fault = whole_body(self.kind, resp.headers.get("Content-Type", ""), data, self.client_stream)
+        if fault is not None or obj is None:
+            outcome, message = fault or (REPLY_NOT_API, "no answer")
+            return await self._fail(outcome, 502, "upstream_error", message)
         self.relay.done = True
-        obj = decode(data)
-        self.relay.usage = obj.get("usage") if obj is not None else None
-        await self._end(OK, resp.status, {"upstream_streamed": False})
+        self.relay.usage, finish = summary(self.kind, obj)
+        self.watch.answered(output_tokens(self.relay.usage))
+        detail: dict[str, Any] = {"finish_reason": finish}
+        if self.client_stream:
+            detail["upstream_streamed"] = False
+        await self._end(OK, resp.status, detail)
         headers = forward_headers(resp.headers, drop=("content-encoding",))
         headers[REQUEST_ID_HEADER] = self.request_id
         return web.Response(status=resp.status, body=data, headers=headers)
@@ -142,17 +162,6 @@ class Answers:
 
     async def _ok(self) -> web.StreamResponse:
         finish = {"finish_reason": self.relay.finish}
-        if not self.client_stream:
-            answer = self.relay.answer()
-            await self._end(OK, 200, finish)
-            headers = self._up.copy()
-            headers.popall("Content-Type", None)  # the stream's type: the answer is JSON
-            headers[REQUEST_ID_HEADER] = self.request_id
-            return web.Response(
-                body=json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode(),
-                content_type="application/json",
-                headers=headers,
-            )
         try:
             if self.out is None:  # an answer without a single token
                 self.out = await self._begin()

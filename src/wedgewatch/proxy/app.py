@@ -29,7 +29,7 @@ from wedgewatch.ledger import Ledger
 from wedgewatch.proxy.arrival import Arrival, wait_for_life
 from wedgewatch.proxy.body import runs_detached
 from wedgewatch.proxy.deadlines import engine_deadlines
-from wedgewatch.proxy.dialects.assemble import Kind
+from wedgewatch.proxy.dialects.kind import Kind
 from wedgewatch.proxy.engine_time import EngineWatch
 from wedgewatch.proxy.exchange import Exchange
 from wedgewatch.proxy.http import error_object, error_response

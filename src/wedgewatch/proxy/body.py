@@ -1,9 +1,11 @@
-"""The client's request body: read within its deadline, and sent upstream always streamed, always
-with usage.
+"""The client's request body: read within its deadline, and what goes upstream.
 
-Streaming upstream is what lets the watchdog see progress token by token whatever the client asked
-for; ``include_usage`` gives every row its token counts. What the client itself asked for (a stream
-or one answer, usage or not) is kept, so its answer has the shape it expects.
+A streaming request goes with ``include_usage`` added (chat and completions), which gives its row
+its token counts; what the client itself asked for is kept, so its stream has the shape it
+expects. A non-streaming request goes as the client sent it, byte for byte: its answer comes back
+whole and is passed on as the server gave it, so none of the fields of the server's own
+non-streaming answer (vLLM's ``prompt_logprobs``, ``message.reasoning``, ...) that no chunk of a
+stream carries is lost (docs/proxy.md, "Non-streaming answers").
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from wedgewatch.base.clock import Clock
 @dataclass(frozen=True, slots=True)
 class Asked:
     body: dict[str, Any]  # as sent upstream
-    payload: bytes  # ``body`` encoded
+    payload: bytes  # ``body`` encoded: the client's own bytes when it asked for no stream
     model: str | None
     client_stream: bool
     want_usage: bool  # the client asked for the usage chunk itself
@@ -38,12 +40,12 @@ _NOT_OBJECT = Refused("invalid_json", "the request body is not a JSON object")
 
 
 def rewrite(raw: bytes, usage_option: bool = True) -> Asked | Refused:
-    """What the client's error is when the body cannot be sent on (answered 400): not a JSON
-    object, or a ``stream`` that is not a boolean. The upstream answers a ``"stream": "yes"``
-    with a 400 of its own, but it never sees the client's value: the proxy streams regardless.
-    Without ``usage_option`` (the Responses and Messages APIs) the body gets no
-    ``stream_options``: those streams always carry the usage, and their servers do not take
-    ``include_usage``."""
+    """What goes upstream, or the client's error when the body cannot be sent on (answered 400):
+    not a JSON object, or a ``stream`` that is not a boolean (the proxy must know whether to
+    watch a stream or wait for one answer). A streaming body gets ``include_usage`` beside the
+    client's other ``stream_options``, unless ``usage_option`` is off (the Responses and Messages
+    APIs: those streams always carry the usage, and their servers do not take
+    ``include_usage``); a non-streaming one goes unchanged, as ``raw``."""
     try:
         body = json.loads(raw)
     except ValueError:
@@ -58,15 +60,16 @@ def rewrite(raw: bytes, usage_option: bool = True) -> Asked | Refused:
     client_stream = body.get("stream") is True
     opts = body.get("stream_options")
     opts = opts if isinstance(opts, dict) else {}
-    body["stream"] = True
+    if not client_stream:
+        return Asked(body, raw, model if isinstance(model, str) else None, False, False)
     if usage_option:
         body["stream_options"] = {**opts, "include_usage": True}
     return Asked(
         body=body,
         payload=json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
         model=model if isinstance(model, str) else None,
-        client_stream=client_stream,
-        want_usage=client_stream and opts.get("include_usage") is True and usage_option,
+        client_stream=True,
+        want_usage=opts.get("include_usage") is True and usage_option,
     )
 
 

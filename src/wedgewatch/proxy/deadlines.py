@@ -15,6 +15,11 @@ and mid-stream deadlines count only *engine time*, handed in by ``charge`` after
 seconds in which the engine stepped while this request was neither waiting nor preempted. Queued
 seconds never count, and they extend ``total_timeout`` too. A request the server preempted must
 prefill again, so until its next token it is judged by the first-token deadline.
+
+A request for one whole answer (``whole``: the client asked for no stream, and it goes upstream
+as sent) has no tokens to watch: only ``total_timeout`` applies to it (extended by its queued
+seconds under engine time), and the engine-stopped verdict (``engine_stopped``). A first-token or
+mid-stream deadline on a whole generation would be a false alarm on every long answer.
 """
 
 from __future__ import annotations
@@ -88,6 +93,7 @@ class Watch:
         "max_gap",
         "start",
         "tokens",
+        "whole",
     )
 
     def __init__(
@@ -112,6 +118,7 @@ class Watch:
         self._busy = 0.0  # engine seconds since the last token (or the start)
         self._queued = 0.0  # seconds seen waiting or preempted
         self._refill = False  # preempted since the last token: prefilling again
+        self.whole = False  # one whole answer, no stream: only the total deadline (see above)
 
     def progress(self, now: float) -> None:
         """One token-bearing chunk arrived at ``now``."""
@@ -131,6 +138,11 @@ class Watch:
             self._ring[self.tokens % self._need] = now
         self.tokens += 1
 
+    def answered(self, tokens: int) -> None:
+        """A whole answer came, of ``tokens`` generated tokens (its usage's): the row's
+        ``tokens_out``. No first token nor gap is known, so ``ttft`` and ``max_gap`` stay null."""
+        self.tokens = tokens
+
     @property
     def ttft(self) -> float | None:
         return None if self.first is None else self.first - self.start
@@ -142,6 +154,8 @@ class Watch:
     def deadline(self) -> tuple[float, str]:
         """The earliest deadline given the tokens so far, and the stall kind it would be."""
         when, kind = self.start + self._total + self._queued, TOTAL_TIMEOUT
+        if self.whole:
+            return when, kind
         if self._engine:
             if self._need and self.first is not None:
                 anchor = self._ring[self.tokens % self._need] if self.tokens >= self._need else self.first
@@ -184,7 +198,7 @@ class Watch:
             if self.first is not None:
                 self._refill, self._busy = True, 0.0
             return None
-        if not stepping:
+        if not stepping or self.whole:
             return None
         self._busy += dt
         if self.first is None or self._refill:

@@ -57,7 +57,7 @@ class Ending:
             "started_at": self.started_at,
             "ttft": watch.ttft,
             "tokens_out": watch.tokens,
-            "max_gap": watch.max_gap if watch.tokens > 1 else None,
+            "max_gap": watch.max_gap if watch.tokens > 1 and watch.first is not None else None,
             "duration": self.duration,
             "outcome": self.outcome,
             "http_status": self.http_status,

@@ -2,9 +2,11 @@
 (what the client is answered, and the row) are ``answers.py``; the legs of a request resumed on
 the next life are ``resume/``; here are the body, the upstream, the stream loop and the timer.
 
-The upstream is always asked for a stream. A streaming client gets each SSE event's ``data`` bytes
-unchanged, framed afresh and written once per upstream read; nothing is sent before the first token,
-so a request that fails before one (a stall, an error) gets a plain HTTP status. One timer per
+A streaming client gets each SSE event's ``data`` bytes unchanged, framed afresh and written once
+per upstream read; nothing is sent before the first token, so a request that fails before one (a
+stall, an error) gets a plain HTTP status. A non-streaming request goes upstream as the client
+sent it and its whole answer comes back as the server gave it (``Answers._whole``), watched by
+``total_timeout`` and the engine's heartbeat only (``deadlines.Watch.whole``). One timer per
 request sits at the ``Watch``'s earliest deadline, which closes the upstream connection: the
 blocked read ends at once.
 """
@@ -35,8 +37,8 @@ from wedgewatch.proxy.arrival import Arrival
 from wedgewatch.proxy.body import Asked, Refused, read_within, rewrite
 from wedgewatch.proxy.deadlines import Stall, Watch
 from wedgewatch.proxy.dialects import make_relay
-from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat import Relay, StreamRelay
+from wedgewatch.proxy.dialects.kind import Kind
 from wedgewatch.proxy.dialects.typed import TypedRelay
 from wedgewatch.proxy.http import error_object, error_response, forward_headers
 from wedgewatch.proxy.resume import Legs, Resume, ask
@@ -211,14 +213,15 @@ class Exchange(Legs):
         # The deadlines start now, as the upstream gets the request: time the client took to send
         # its body, or the proxy waited for a ready server, is not the server's to answer for.
         self.watch.start = self.ctx.clock()
+        self.watch.whole = not self.client_stream
         self._arm(self.watch.deadline()[0])
         try:
             self.waiting = True
             resp = await self._open(payload)
             if resp.status >= 400:
                 return await self._upstream_status(resp)
-            if "text/event-stream" not in resp.headers.get("Content-Type", ""):
-                return await self._plain(resp)
+            if not self.client_stream or "text/event-stream" not in resp.headers.get("Content-Type", ""):
+                return await self._whole(resp)
             return await self._stream(resp)
         except _Stalled:
             return await self._stalled()
@@ -232,7 +235,8 @@ class Exchange(Legs):
     async def _open(self, payload: bytes) -> aiohttp.ClientResponse:
         # content-encoding: aiohttp decodes a compressed request body on read, so what goes on is plain.
         headers = forward_headers(self.request.headers, drop=("accept-encoding", "content-encoding"))
-        headers["Accept-Encoding"] = "identity"  # SSE must not be buffered by a compressor
+        # SSE must not be buffered by a compressor; a whole answer is read and judged here anyway.
+        headers["Accept-Encoding"] = "identity"
         headers["Content-Type"] = "application/json"
         query = f"?{self.request.query_string}" if self.request.query_string else ""
         url = self.base_url + (self.leg_path or self.path) + query
@@ -280,13 +284,6 @@ class Exchange(Legs):
                 )
             now = clock()
             had_tokens = self.watch.tokens
-            if not self.client_stream:
-                relay.assemble(events, now)
-                if relay.fault is not None:
-                    return await self._fail(relay.fault[0], 502, "upstream_error", relay.fault[1])
-                if not had_tokens and self.watch.tokens:
-                    self._rearm()
-                continue
             frames = relay.frames(events, now, self.out is not None, eof)
             if relay.fault is not None:
                 return await self._fail(relay.fault[0], 502, "upstream_error", relay.fault[1])

@@ -1,5 +1,5 @@
-"""Every reply judged: what the proxy makes of an upstream answer that is not a clean stream of
-the API's events (a whole body where a stream was asked for, an error event inside a stream).
+"""Every reply judged: what the proxy makes of an upstream answer that is not the API's answer (a
+whole body that is not the API's JSON, an error event inside a stream).
 
 An evaluation scores whatever reaches the agent. An HTML page with HTTP 200, a body that is not
 the API's JSON, or an engine's error event after the stream began is the server's failure, and
@@ -21,37 +21,31 @@ from wedgewatch.base.vocab import (
     REPLY_NOT_SSE,
     STREAM_ERROR_EVENT,
 )
-from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat_bytes import error_code, snippet
+from wedgewatch.proxy.dialects.kind import Kind
+from wedgewatch.proxy.dialects.whole import is_answer
 
 
-def is_answer(kind: Kind, obj: Any) -> bool:
-    """Whether ``obj`` is a whole answer of the API ``kind`` (what a server that ignored
-    ``stream: true`` sends): chat and completions have ``choices``, the Responses API is a
-    ``response`` object with ``output``, the Messages API a ``message`` with ``content``."""
-    if not isinstance(obj, dict):
-        return False
-    if kind in ("chat", "completion"):
-        return isinstance(obj.get("choices"), list) and bool(obj["choices"])
-    if kind == "responses":
-        return isinstance(obj.get("output"), list)
-    return obj.get("type") == "message" and isinstance(obj.get("content"), list)
-
-
-def whole_body(kind: Kind, content_type: str, data: bytes) -> tuple[str, str] | None:
-    """The verdict on a whole body answering a stream request with HTTP 2xx: None when it is the
-    API's own JSON answer (passed on as it is), else the fault's outcome and message."""
+def whole_body(
+    kind: Kind, content_type: str, data: bytes, streamed: bool
+) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
+    """A whole body answering with HTTP 2xx: its JSON object when it is the API's own answer
+    (passed on as it is), else the fault's outcome and message. ``streamed``: the client asked for
+    a stream (a server that ignored it sends a whole answer, which is passed on too; anything else
+    is neither SSE nor the API's JSON)."""
     try:
         obj = json.loads(data)
     except ValueError:
         obj = None
     if is_answer(kind, obj):
-        return None
+        return obj, None
     shown = f"{content_type or 'no content type'}, {len(data)} bytes: {snippet(data)}"
     if obj is None:
-        outcome = REPLY_NOT_SSE if data.strip() else REPLY_NOT_JSON
-        return outcome, f"the upstream answered a stream request with neither SSE nor JSON ({shown})"
-    return REPLY_NOT_API, f"the upstream answered with JSON that is not the API's answer ({shown})"
+        if streamed and data.strip():
+            why = f"the upstream answered a stream request with neither SSE nor JSON ({shown})"
+            return None, (REPLY_NOT_SSE, why)
+        return None, (REPLY_NOT_JSON, f"the upstream's answer is not JSON ({shown})")
+    return None, (REPLY_NOT_API, f"the upstream answered with JSON that is not the API's answer ({shown})")
 
 
 def error_verdict(obj: Any, begun: bool) -> tuple[str, int, str | None]:

@@ -8,7 +8,9 @@ error object with code 500 / 400, then ``[DONE]`` 0.1 s later: no token), ``STAL
 then silence), ``CUT`` (one token, then the end without ``[DONE]``), ``CUT0`` (a role chunk, then
 the end), ``TIMINGS`` (llama.cpp's stream when usage is asked for: two tokens, the finish chunk,
 then in a read of its own the usage-only chunk carrying ``timings``); anything else sends a role
-chunk and ends. Chat is served with and without ``/v1``. ``/v1/responses`` answers by its
+chunk and ends. A chat request that asks for no stream gets one whole answer, as a server gives
+it: "Hello there" with its usage, or for ``ERROR*`` the error with its own HTTP status, for
+``STALL`` nothing (as ``HANG``), for ``CUT`` half its JSON body. Chat is served with and without ``/v1``. ``/v1/responses`` answers by its
 ``input``: ``CUT`` (one delta, then the end without ``response.completed``), ``ERROR`` (one
 delta, then an ``error`` event), ``FAILED0`` / ``INVALID0`` (``response.failed`` before any
 token, with ``server_error`` / ``invalid_prompt``), ``DONE`` (one delta, then ``[DONE]``
@@ -54,10 +56,12 @@ class ScriptedUpstream:
 
     def __init__(self) -> None:
         self.seen: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.raw: list[bytes] = []  # each chat request's body, as it came
         self.hung_up = asyncio.Event()  # set when a request that never answers loses its client
         self.spoken = 0  # events the /v1/audio/speech stream has written so far
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.raw.append(await request.read())
         body = await request.json()
         self.seen.append((dict(request.headers), body))
         word = body["messages"][-1]["content"]
@@ -87,6 +91,8 @@ class ScriptedUpstream:
             return web.json_response(answer)
         # Headers a browser client and a tracer need from the server, passed on by the proxy.
         own = {"Access-Control-Allow-Origin": "*", "X-Request-Id": "upstream-7"}
+        if body.get("stream") is not True:
+            return await self._whole(request, word, own)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", **own})
         await resp.prepare(request)
         await resp.write(_sse(_chunk({"role": "assistant", "content": ""})))
@@ -134,6 +140,31 @@ class ScriptedUpstream:
             pass
         await resp.write_eof()
         return resp
+
+    async def _whole(self, request: web.Request, word: str, own: dict[str, str]) -> web.StreamResponse:
+        """A chat request that asked for no stream: one answer, as a server gives it."""
+        if word in ("ERROR", "ERROR_LATE", "ERROR0", "ERROR0_400"):
+            code = 400 if word == "ERROR0_400" else 500
+            err = _error(f"refused ({code})" if word.startswith("ERROR0") else "engine died", "Error", code)
+            return web.json_response(err, status=code, headers=own)
+        if word == "STALL":
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.hung_up.set()
+                raise
+        if word == "CUT":
+            return web.Response(body=b'{"id": "c-1", "choices": [', content_type="application/json")
+        message = {"role": "assistant", "content": "Hello there"}
+        answer = {
+            "id": "c-1",
+            "object": "chat.completion",
+            "created": 7,
+            "model": "m",
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        }
+        return web.json_response(answer, headers=own)
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         """The Responses API's endings the simulator does not produce."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from wedgewatch.proxy.deadlines import Watch
-from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat import Relay, StreamRelay
+from wedgewatch.proxy.dialects.kind import Kind
 from wedgewatch.proxy.dialects.messages import AnthropicRelay
 from wedgewatch.proxy.dialects.responses import ResponsesRelay
 

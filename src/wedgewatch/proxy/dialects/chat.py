@@ -1,9 +1,10 @@
 """What an upstream stream has said so far, event by event, and the frames to pass on.
 
 A ``Relay`` keeps the facts the ending of a request needs (``[DONE]`` seen, finish reason, usage,
-an in-stream error) and tells the request's ``Watch`` about every token. For a streaming client it
-returns each event's ``data`` bytes unchanged in a fresh frame; for a non-streaming one it decodes
-each chunk and feeds the ``Assembler``.
+an in-stream error), tells the request's ``Watch`` about every token and returns each event's
+``data`` bytes unchanged in a fresh frame. Only a streaming client's request is streamed: a
+non-streaming one goes upstream as the client sent it and its answer comes back whole
+(``answers.Answers._whole``).
 
 A streaming client that did not ask for usage does not get the usage-only chunk the proxy asked
 for. llama.cpp moves its ``timings`` from the finish chunk onto that chunk when usage is asked
@@ -18,7 +19,6 @@ from typing import Any, Protocol
 
 from wedgewatch.base.vocab import REPLY_NOT_API, REPLY_NOT_JSON
 from wedgewatch.proxy.deadlines import Watch
-from wedgewatch.proxy.dialects.assemble import Assembler, Kind
 from wedgewatch.proxy.dialects.chat_bytes import (
     finish_reason,
     has_usage,
@@ -26,9 +26,9 @@ from wedgewatch.proxy.dialects.chat_bytes import (
     is_error,
     is_object,
     is_progress,
-    progress_of,
     snippet,
 )
+from wedgewatch.proxy.dialects.kind import Kind
 from wedgewatch.wire.sse import DONE, SSEEvent, encode_data
 
 # The fields of a chunk every OpenAI-compatible server sends; the rest are the server's own.
@@ -77,15 +77,12 @@ class StreamRelay(Protocol):
     def answered(self) -> bool: ...
 
     def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool) -> list[bytes]: ...
-    def assemble(self, events: list[SSEEvent], now: float) -> None: ...
     def release(self) -> list[bytes]: ...
-    def answer(self) -> dict[str, Any]: ...
     def error_frame(self, obj: dict[str, Any]) -> bytes: ...
 
 
 class Relay:
     __slots__ = (
-        "asm",
         "chunks",
         "done",
         "error",
@@ -107,7 +104,6 @@ class Relay:
         self.watch = watch
         self.kind = kind
         self.want_usage = False  # the streaming client asked for the usage chunk itself
-        self.asm: Assembler | None = None  # made for a non-streaming client
         self.done = False  # the upstream said [DONE]: what follows cannot fail the request
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
@@ -205,42 +201,6 @@ class Relay:
             extras = {k: v for k, v in extras.items() if k not in kept}
             if extras:
                 self.kept = json.dumps({**kept, **extras}, separators=(",", ":"), ensure_ascii=False).encode()
-
-    def assemble(self, events: list[SSEEvent], now: float) -> None:
-        """A non-streaming client's events: decode each and feed the assembler."""
-        if self.asm is None:
-            self.asm = Assembler(self.kind)
-        asm = self.asm
-        for ev in events:
-            data = ev.data
-            if data is None:
-                continue
-            if data == DONE:
-                self.done = True
-                continue
-            obj = decode(data)
-            if obj is None:
-                self._malformed(REPLY_NOT_JSON, data, "sent a data line that is not JSON")
-                return
-            if "error" in obj:
-                self.error = obj
-                continue
-            if not isinstance(obj.get("choices"), list) and not isinstance(obj.get("usage"), dict):
-                self._malformed(REPLY_NOT_API, data, "sent a chunk without choices")
-                return
-            self.chunks += 1
-            if progress_of(obj):
-                self.watch.progress(now)
-            asm.feed(obj)
-            if obj.get("usage") is not None:
-                self.usage = obj["usage"]
-            for choice in obj.get("choices") or ():
-                if isinstance(choice, dict) and choice.get("finish_reason") is not None:
-                    self.finish = choice["finish_reason"]
-
-    def answer(self) -> dict[str, Any]:
-        """The non-streaming client's answer, assembled from the chunks."""
-        return self.asm.answer() if self.asm is not None else {}
 
     def error_frame(self, obj: dict[str, Any]) -> bytes:
         """The proxy's own error once the stream has begun: a last ``data:`` line (the SDK raises)."""

@@ -10,20 +10,15 @@ to pass on (vLLM and llama.cpp's server serve this API; Claude Code speaks nothi
   that closes before ``message_stop`` was cut.
 - **An error** is an ``error`` event, ``{"type": "error", "error": {"type", "message"}}``; its
   type says whose fault it is (``invalid_request_error`` 400 ... ``overloaded_error`` 529).
-
-A non-streaming client gets the message the events add up to, as the server would have answered
-it: no event carries the whole message, so the blocks are assembled (text and thinking
-concatenated, a tool call's input parsed from its JSON pieces).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from wedgewatch.proxy.deadlines import Watch
-from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat import decode
+from wedgewatch.proxy.dialects.kind import Kind
 from wedgewatch.proxy.dialects.typed import TypedRelay, error_event, event_type, has_text
 from wedgewatch.wire.sse import DONE, SSEEvent
 
@@ -61,17 +56,15 @@ def is_progress(kind: str | None, data: bytes) -> bool:
 class AnthropicRelay(TypedRelay):
     """``relay.StreamRelay`` over a Messages API stream."""
 
-    __slots__ = ("args", "blocks", "message")
+    __slots__ = ("message",)
 
     END = "message_stop"
 
     def __init__(self, watch: Watch, kind: Kind = "messages") -> None:
         super().__init__(watch, kind)
         self.message: dict[str, Any] = {}  # message_start's message, then message_delta's fields
-        self.blocks: list[dict[str, Any]] = []  # assembled for a non-streaming client only
-        self.args: list[str] = []  # each block's tool input JSON so far
 
-    def _see(self, ev: SSEEvent, now: float, assembling: bool) -> None:
+    def _see(self, ev: SSEEvent, now: float) -> None:
         data = ev.data
         assert data is not None
         kind = event_type(ev)
@@ -79,14 +72,10 @@ class AnthropicRelay(TypedRelay):
             self.done = True
         elif is_progress(kind, data):
             self.watch.progress(now)
-            if assembling:
-                self._assemble(kind, decode(data) or {})
         elif kind in ("message_start", "message_delta", "error"):
             self._decoded(kind, decode(data) or {})
         elif kind == "message_stop":
             self.done = True
-        elif assembling and kind in ("content_block_start", "content_block_delta", "content_block_stop"):
-            self._assemble(kind, decode(data) or {})
 
     def _decoded(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "error":
@@ -107,33 +96,6 @@ class AnthropicRelay(TypedRelay):
                 self.message["usage"] = {**(self.message.get("usage") or {}), **obj["usage"]}
         usage = self.message.get("usage")
         self.usage = usage if isinstance(usage, dict) else None
-
-    def _assemble(self, kind: str | None, obj: dict[str, Any]) -> None:
-        index = obj.get("index")
-        if kind == "content_block_start" and isinstance(obj.get("content_block"), dict):
-            self.blocks.append(dict(obj["content_block"]))
-            self.args.append("")
-            return
-        if not isinstance(index, int) or not 0 <= index < len(self.blocks):
-            return
-        block = self.blocks[index]
-        delta = obj.get("delta")
-        if kind == "content_block_delta" and isinstance(delta, dict):
-            field = _DELTA_FIELD.get(str(delta.get("type")))
-            if field == "partial_json":
-                self.args[index] += str(delta.get("partial_json", ""))
-            elif field is not None:
-                block[field] = str(block.get(field, "")) + str(delta.get(field, ""))
-            elif delta.get("type") == "signature_delta":
-                block["signature"] = delta.get("signature")
-        elif kind == "content_block_stop" and block.get("type") == "tool_use" and self.args[index]:
-            try:
-                block["input"] = json.loads(self.args[index])
-            except ValueError:
-                block["input"] = self.args[index]  # as the server would not: but never lost
-
-    def answer(self) -> dict[str, Any]:
-        return {**self.message, "content": self.blocks}
 
     def error_frame(self, obj: dict[str, Any]) -> bytes:
         """An ``error`` event in Anthropic's shape, its ``error`` the proxy's error object: the

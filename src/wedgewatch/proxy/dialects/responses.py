@@ -16,9 +16,6 @@ serve: typed events, each framed as ``event: <type>`` plus one ``data:`` line, a
 - **An error** is an ``error`` event, a ``response.failed`` event (its ``response.error``), or a
   chat-style ``{"error": ...}`` object; it is kept in the chat shape so the proxy's endings read
   it unchanged.
-
-A non-streaming client gets the response object of the terminal event: the answer the server
-would have given it.
 """
 
 from __future__ import annotations
@@ -26,10 +23,11 @@ from __future__ import annotations
 from typing import Any
 
 from wedgewatch.proxy.deadlines import Watch
-from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat import decode
 from wedgewatch.proxy.dialects.chat_bytes import is_error
+from wedgewatch.proxy.dialects.kind import Kind
 from wedgewatch.proxy.dialects.typed import TypedRelay, error_event, event_type, has_text
+from wedgewatch.proxy.dialects.whole import summary
 from wedgewatch.wire.sse import DONE, SSEEvent
 
 _DELTA = b'"delta":"'
@@ -80,15 +78,12 @@ def _error(kind: str | None, obj: dict[str, Any]) -> dict[str, Any]:
 class ResponsesRelay(TypedRelay):
     """``relay.StreamRelay`` over a Responses API stream."""
 
-    __slots__ = ("response",)
-
     END = "response.completed"
 
     def __init__(self, watch: Watch, kind: Kind = "responses") -> None:
         super().__init__(watch, kind)
-        self.response: dict[str, Any] | None = None  # the terminal event's whole response
 
-    def _see(self, ev: SSEEvent, now: float, assembling: bool) -> None:
+    def _see(self, ev: SSEEvent, now: float) -> None:
         """Classify one event: progress, the end, or an error."""
         data = ev.data
         assert data is not None
@@ -101,18 +96,11 @@ class ResponsesRelay(TypedRelay):
             obj = decode(data) or {}
             if kind in _TERMINAL:
                 resp = obj.get("response")
-                self.response = resp if isinstance(resp, dict) else {}
                 self.done = True
-                usage = self.response.get("usage")
-                self.usage = usage if isinstance(usage, dict) else None
-                details = self.response.get("incomplete_details")
-                reason = details.get("reason") if isinstance(details, dict) else None
-                self.finish = str(reason or self.response.get("status") or kind.rsplit(".", 1)[1])
+                self.usage, self.finish = summary("responses", resp if isinstance(resp, dict) else {})
+                self.finish = self.finish or kind.rsplit(".", 1)[1]
             else:
                 self.error = _error(kind, obj)
-
-    def answer(self) -> dict[str, Any]:
-        return self.response or {}
 
     def error_frame(self, obj: dict[str, Any]) -> bytes:
         """An ``error`` event (what a Responses client reads) that also holds the OpenAI error

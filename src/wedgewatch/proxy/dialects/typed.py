@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 from wedgewatch.base.vocab import REPLY_NOT_API, REPLY_NOT_JSON
 from wedgewatch.proxy.deadlines import Watch
-from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat import comment_frame
 from wedgewatch.proxy.dialects.chat_bytes import is_object, snippet
+from wedgewatch.proxy.dialects.kind import Kind
 from wedgewatch.wire.sse import DONE, SSEEvent
 
 _TYPE = re.compile(rb'"type"\s*:\s*"([A-Za-z_.]+)"')
@@ -118,9 +118,8 @@ class TypedRelay(ABC):
         return False
 
     @abstractmethod
-    def _see(self, ev: SSEEvent, now: float, assembling: bool) -> None:
-        """Read one event: progress, the end, the usage, an error; when ``assembling`` (a
-        non-streaming client), also what the answer needs."""
+    def _see(self, ev: SSEEvent, now: float) -> None:
+        """Read one event: progress, the end, the usage, an error."""
 
     def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool) -> list[bytes]:
         frames: list[bytes] = []
@@ -131,7 +130,7 @@ class TypedRelay(ABC):
                 continue
             if not self._judge(ev):
                 break
-            self._see(ev, now, False)
+            self._see(ev, now)
             if self.splice is not None:
                 spliced = self.splice.rewrite(ev)
                 if self.splice.departed is not None:
@@ -145,19 +144,8 @@ class TypedRelay(ABC):
             frames.append(frame(ev))
         return frames
 
-    def assemble(self, events: list[SSEEvent], now: float) -> None:
-        for ev in events:
-            if ev.data is not None:
-                if not self._judge(ev):
-                    return
-                self._see(ev, now, True)
-
     def release(self) -> list[bytes]:
         return []  # nothing is kept back
-
-    @abstractmethod
-    def answer(self) -> dict[str, Any]:
-        """The non-streaming client's answer."""
 
     @abstractmethod
     def error_frame(self, obj: dict[str, Any]) -> bytes:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wedgewatch.proxy.dialects.assemble import Kind
+from wedgewatch.proxy.dialects.kind import Kind
 from wedgewatch.proxy.resume.replay import Matcher, Part, dumps, renamed
 
 # Where a piece stands in its chunk: ("delta", field), ("head", i) / ("args", i) of the i-th

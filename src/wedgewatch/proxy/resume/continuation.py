@@ -28,8 +28,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from wedgewatch.proxy.dialects.assemble import Kind
 from wedgewatch.proxy.dialects.chat_bytes import progress_of
+from wedgewatch.proxy.dialects.kind import Kind
 from wedgewatch.proxy.resume.token_ids import TOKEN_IDS, as_leg, completion_body, why_not
 
 

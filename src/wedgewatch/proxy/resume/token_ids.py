@@ -34,7 +34,7 @@ from typing import Any
 import aiohttp
 
 from wedgewatch.proxy.body import Asked
-from wedgewatch.proxy.dialects.assemble import Kind
+from wedgewatch.proxy.dialects.kind import Kind
 
 TOKEN_IDS = "token_ids"
 """A profile's ``continuation`` for a server that returns its token ids and takes ids as a prompt
