@@ -1,6 +1,6 @@
 """The fault corpus of docs/faults.md, each fault at wedgewatch's default settings: a real simulator
 subprocess reproducing what the public report shows, the real supervised stack in front of it
-(``wedgewatch.bench.fault_rig``, the rig ``wedgewatch bench faults`` measures with), and what came
+(``wedgewatch.bench.rig.trial``, the rig ``wedgewatch bench faults`` measures with), and what came
 of it: the request's outcome, what the client read, the supervisor's events and their evidence.
 No wall-clock bound is asserted (the bench measures the seconds); waits are hang guards.
 
@@ -20,10 +20,10 @@ import pytest
 from conftest import RunningServer
 from wedgewatch.base import vocab
 from wedgewatch.base.events import CanaryAnswered, Crashed, Restarting, Wedged
-from wedgewatch.bench.fault_client import read_answer, send_half
 from wedgewatch.bench.fault_corpus import CORPUS, by_name
-from wedgewatch.bench.fault_rig import FaultRig, Trial
 from wedgewatch.bench.faults import met
+from wedgewatch.bench.rig.client import read_answer, send_half
+from wedgewatch.bench.rig.trial import FaultRig, Trial
 from wedgewatch.config import ServerConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.proxy import Proxy

@@ -17,7 +17,7 @@ from typing import Any
 
 from wedgewatch.base import vocab
 from wedgewatch.bench.fault_corpus import CORPUS, Fault
-from wedgewatch.bench.fault_rig import FaultRig, Trial
+from wedgewatch.bench.rig.trial import FaultRig, Trial
 
 
 async def run_fault(fault: Fault, workdir: Path, trials: int) -> list[Trial]:

@@ -189,14 +189,21 @@ class SqliteLedger(Ledger):
                     cur.executemany(sql, values)
                 cur.execute("COMMIT")
             except sqlite3.IntegrityError as exc:
-                cur.execute("ROLLBACK")
+                self._rollback(cur)
                 if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
                     raise LedgerConflict(f"{self.path}: {exc}") from None
                 raise
             except BaseException:
-                cur.execute("ROLLBACK")
+                self._rollback(cur)
                 raise
             return cur.lastrowid or 0
+
+    def _rollback(self, cur: sqlite3.Cursor) -> None:
+        """Roll back a failed append, unless SQLite already did: after a full disk or an I/O
+        error it ends the transaction itself, and a ROLLBACK then raises ("no transaction is
+        active") in place of the error that matters (seen by ``bench chaos``)."""
+        if self._conn.in_transaction:
+            cur.execute("ROLLBACK")
 
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Row]:
         """Read-only query. Writes go through ``append``."""

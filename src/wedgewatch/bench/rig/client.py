@@ -1,4 +1,4 @@
-"""The client side of a fault trial (``bench/fault_rig.py``): a streaming chat request read to its
+"""The client side of a fault trial (``bench/rig/trial.py``): a streaming chat request read to its
 end, the error code the client read from it, and a client that sends half its body and then
 nothing (the slow client of the corpus), on a raw socket."""
 

@@ -27,8 +27,9 @@ import aiohttp
 
 import wedgewatch
 from wedgewatch.base.events import CanaryAnswered, Crashed, Event, LifeEnded, Restarting, Wedged
-from wedgewatch.bench.fault_client import Answer, ask, client_code, finish_reason, slow_body
 from wedgewatch.bench.fault_corpus import Fault
+from wedgewatch.bench.rig import armed
+from wedgewatch.bench.rig.client import Answer, ask, client_code, finish_reason, slow_body
 from wedgewatch.config import ServerConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.stack.servers import Stack
@@ -127,9 +128,8 @@ def scenario_file(fault: Fault, workdir: Path) -> Path:
     repeat the fault, as a fresh server is the cure, so a request the proxy resumes there is
     served (docs/faults.md)."""
     text = (resources.files("wedgewatch.sim") / "scenarios" / f"{fault.scenario}.toml").read_text()
-    marker = json.dumps(str(workdir / "struck"))  # a TOML basic string
     path = workdir / f"{fault.scenario}.toml"
-    path.write_text(text.replace("[[fault]]\n", f"[[fault]]\nmarker = {marker}\n"))
+    path.write_text(armed.with_marker(text, workdir / "struck"))
     return path
 
 
@@ -199,7 +199,7 @@ class FaultRig:
         sup = self.stack.supervisor
         await sup.wait_ready()
         life, server = sup.life_id, sup.base_url
-        self.marker.unlink(missing_ok=True)  # the fault strikes once in this trial
+        self.marker.unlink(missing_ok=True)  # armed: the fault strikes once in this trial
         mark, t0 = len(self.events), time.time()
         async with aiohttp.ClientSession() as session:
             if self.fault.rig == "client":
