@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="one KV pool shared by all slots, so one long request can use it all",
     )
+    p.add_argument(
+        "--cache-prompt",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse a slot's KV cache for the prompt's common prefix (llama.cpp's default); "
+        "--no-cache-prompt computes every prompt whole, so a reply does not depend on the slot's last request",
+    )
     p.add_argument("--metrics", action="store_true", help="accepted for llama-server parity; always on")
     return p
 
@@ -169,6 +176,7 @@ def make_params(args: argparse.Namespace, model: Path, alias: str, template: Pat
     params.endpoint_metrics = True
     params.sse_ping_interval = args.sse_ping_interval
     params.use_jinja = True
+    params.cache_prompt = args.cache_prompt
     if template is not None:
         params.chat_template = template.read_text()
     return params

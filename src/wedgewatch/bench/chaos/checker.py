@@ -261,8 +261,10 @@ def legs(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 def added_times(ledger: Ledger, run: Run, control: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """For each fault, each request in flight on a life it struck that the proxy carried on to
     the end (a chain of legs ending ``ok``): its added seconds against the control's same
-    request, and the fault's detection (strike to the life's end) and restart (the life's end to
-    the next ready life)."""
+    request, and what the proxy's resume is allowed to cost: the fault's detection (the strike
+    to the life's end), the restart (the life's end to the next ready life), the work redone (a
+    request whose client reads no stream has received nothing, so it is sent again whole: the
+    seconds it had run when struck) and one prefill of it (its first token in the control)."""
     mine = timed(ledger, run)
     key_of = {id(chain[0]): key for key, chain in mine.items()}
     lives = sorted(
@@ -301,6 +303,8 @@ def added_times(ledger: Ledger, run: Run, control: dict[str, list[dict[str, Any]
                         "added": round(seconds(chain) - seconds(control[key]), 3),
                         "detection": None if end is None else round(end - d.at, 3),
                         "restart": None if end is None or ready is None else round(ready - end, 3),
+                        "redone": 0.0 if first["client_stream"] else round(d.at - first["started_at"], 3),
+                        "prefill": round(float(control[key][0]["ttft"] or 0.0), 3),
                     }
                 )
     return out
@@ -311,13 +315,14 @@ def bounded(added: list[dict[str, Any]], bound: float) -> list[Broken]:
     for a in added:
         if a["detection"] is None or a["restart"] is None:
             continue
-        limit = a["detection"] + a["restart"] + bound
+        limit = a["detection"] + a["restart"] + a["redone"] + a["prefill"] + bound
         if a["added"] > limit:
             out.append(
                 Broken(
                     "bounded",
                     f"fault #{a['fault']} {a['kind']}: request {a['request_id']} added {a['added']:.1f} s, more than "
-                    f"detection {a['detection']:.1f} + restart {a['restart']:.1f} + {bound:.1f} s",
+                    f"detection {a['detection']:.1f} + restart {a['restart']:.1f} + redone {a['redone']:.1f} + "
+                    f"prefill {a['prefill']:.1f} + {bound:.1f} s",
                 )
             )
     return out

@@ -114,7 +114,12 @@ async def drive(
         scenario: Path | None = None
         faults: dict[str, armed.Armed] = {}
         if engine.name == engines.SIM:
-            scenario, faults = armed.scenario(root / "armed", armed_faults(schedule), engine.scenario)
+            head = (
+                engine.scenario.replace("tokens_per_s = 10.0", "tokens_per_s = 100.0")
+                if shape.fast
+                else engine.scenario
+            )
+            scenario, faults = armed.scenario(root / "armed", armed_faults(schedule), head)
         cfg = engines.config(engine, shape, root, ledger, RUN_SEED, scenario)
         run = RunProcess(cfg, f"chaos-{label}", root, engine.env)
         t0 = time.time()

@@ -19,6 +19,7 @@ What holds where (docs/reliability.md):
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -85,8 +86,12 @@ class Shape:
     instances: int
     concurrency: int
     fast: bool = False
-    """Quick detection for a short schedule in the tests: the heartbeat window and scrapes of a
-    test, not wedgewatch's defaults."""
+    """A short schedule for the tests: a test's heartbeat window and scrapes, not wedgewatch's
+    defaults, and the simulator at 100 tokens a second."""
+    steps: int | None = None
+    """The agent's step limit, when not the engine's."""
+    max_tokens: int | None = None
+    """The agent's max_tokens per request, when not the engine's."""
 
 
 def config(engine: Engine, shape: Shape, root: Path, ledger: Path, seed: int, scenario: Path | None) -> Path:
@@ -102,7 +107,12 @@ def config(engine: Engine, shape: Shape, root: Path, ledger: Path, seed: int, sc
         lines.append("[server.warmup]" + server.split("[server.warmup]")[1])
     else:
         lines += ["[server.warmup]", "count = 1", "max_tokens = 8"]
-    lines += ["[agent]", engine.agent]
+    agent = engine.agent
+    if shape.steps is not None:
+        agent = re.sub(r"step_limit = \d+", f"step_limit = {shape.steps}", agent)
+    if shape.max_tokens is not None:
+        agent = re.sub(r"\nmax_tokens = \d+", "", agent) + f"\nmax_tokens = {shape.max_tokens}"
+    lines += ["[agent]", agent]
     lines += ["[suite]", f'slice = "0:{shape.instances}"']
     lines += [
         "[run]",

@@ -141,9 +141,11 @@ class Comparison:
 
 
 def _departure(e: Exchange, control: list[Exchange]) -> str:
-    """Where ``e``'s conversation first departs from the control's longest for its instance."""
+    """Where ``e``'s conversation first departs from the control's that shares most of it (of
+    two sharing as much, one that goes on past it: it shows what the control had there)."""
     mine = [request_key([m], e.attempt_dir) for m in e.messages]
-    best, where = -1, ""
+    best: tuple[int, bool] = (-1, False)
+    where = ""
     for c in control:
         if c.instance_id != e.instance_id:
             continue
@@ -152,22 +154,22 @@ def _departure(e: Exchange, control: list[Exchange]) -> str:
             (i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b),
             min(len(mine), len(theirs)),
         )
-        if k > best:
-            best = k
-            if k < len(mine) and k < len(theirs):
-                a, b = (
-                    fingerprint.text_of(e.messages[k].get("content")),
-                    fingerprint.text_of(c.messages[k].get("content")),
-                )
-                at = next(
-                    (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
-                )
-                where = (
-                    f"message {k + 1} ({e.messages[k]['role']}) differs at character {at}: "
-                    f"{a[max(0, at - 30) : at + 50]!r} where the control has {b[max(0, at - 30) : at + 50]!r}"
-                )
-            else:
-                where = f"the control's conversation ends after {len(theirs)} messages"
+        departs = k < len(mine) and k < len(theirs)
+        if (k, departs) <= best:
+            continue
+        best = (k, departs)
+        if departs:
+            a, b = (
+                fingerprint.text_of(e.messages[k].get("content")),
+                fingerprint.text_of(c.messages[k].get("content")),
+            )
+            at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+            where = (
+                f"message {k + 1} ({e.messages[k]['role']}) differs at character {at}: "
+                f"{a[max(0, at - 30) : at + 50]!r} where the control has {b[max(0, at - 30) : at + 50]!r}"
+            )
+        else:
+            where = f"the control's conversation ends after {len(theirs)} messages"
     return where or "the control has no attempt at this instance"
 
 

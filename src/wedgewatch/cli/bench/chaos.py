@@ -9,7 +9,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -17,14 +17,12 @@ from wedgewatch.base.errors import BadInput
 from wedgewatch.cli.bench import bench_app
 
 
-def _control_dir(engine: str, instances: int, concurrency: int, fast: bool) -> Path:
+def _control_dir(engine: str, shape: Any) -> Path:
     """Where the controls of this engine and shape are kept: every seed shares them."""
     import wedgewatch
     from wedgewatch.bench.chaos import engines
 
-    key = json.dumps(
-        [engines.describe(engines.ENGINES[engine]), instances, concurrency, fast, wedgewatch.__version__]
-    )
+    key = json.dumps([engines.describe(engines.ENGINES[engine]), vars(shape), wedgewatch.__version__])
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "wedgewatch" / "chaos"
     return cache / f"{engine}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
@@ -46,6 +44,12 @@ def bench_chaos(
         bool,
         typer.Option("--fast", help="A test's heartbeat window (2 s) and scrapes (0.2 s), not the defaults."),
     ] = False,
+    steps: Annotated[
+        int | None, typer.Option("--steps", help="The agent's step limit (default: the engine's).")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", help="The agent's max_tokens (default: the engine's).")
+    ] = None,
     control_dir: Annotated[
         Path | None, typer.Option("--control-dir", help="Where the two fault-free runs are kept (made once).")
     ] = None,
@@ -92,9 +96,12 @@ def bench_chaos(
     conc = concurrency or eng.concurrency
     if conc < 1:
         raise BadInput(f"--concurrency: needs 1 or more, got {conc}")
-    shape = engines.Shape(n, conc, fast)
+    for flag, value in (("--steps", steps), ("--max-tokens", max_tokens)):
+        if value is not None and value < 1:
+            raise BadInput(f"{flag}: needs 1 or more, got {value}")
+    shape = engines.Shape(n, conc, fast, steps, max_tokens)
     seeds = list(seed or [1])
-    controls = control_dir or _control_dir(engine, n, conc, fast)
+    controls = control_dir or _control_dir(engine, shape)
     controls.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%d")
     reports = []
@@ -107,8 +114,11 @@ def bench_chaos(
                 f" --concurrency {conc}" if concurrency else ""
             )
             replay += " --fast" if fast else ""
+            replay += (f" --steps {steps}" if steps else "") + (
+                f" --max-tokens {max_tokens}" if max_tokens else ""
+            )
             reports.append(
-                driver.run_bench(
+                rep := driver.run_bench(
                     engine=eng,
                     shape=shape,
                     seed=s,
@@ -121,6 +131,8 @@ def bench_chaos(
                     replay=replay,
                 )
             )
+            if keep is not None:
+                (keep / f"seed-{s}" / "report.json").write_text(json.dumps(rep, indent=1, default=str))
     if json_out:
         typer.echo(json.dumps({"date": started, "reports": reports}, indent=2, default=str))
     else:
