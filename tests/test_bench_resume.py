@@ -1,6 +1,7 @@
-"""``wedgewatch bench resume`` for real, one trial of each arm: the same harness and the same wedge
-lose no task with ``on_wedge = "resume"`` and lose the tasks the wedge struck with ``"fail"``; the
-resumed tasks' added wall-clock is counted, with its parts."""
+"""``wedgewatch bench resume`` for real on the simulator, one trial of each arm against a wedge: the
+same harness and the same wedge lose no task with ``on_wedge = "resume"`` and lose the tasks the
+wedge struck with ``"fail"``; the resumed tasks' added wall-clock is counted, with its parts, and
+the time from the verdict to requests flowing again."""
 
 from __future__ import annotations
 
@@ -14,18 +15,21 @@ import pytest
 @pytest.mark.long
 def test_one_wedge_loses_no_task_with_resume_and_the_struck_ones_without() -> None:
     argv = [sys.executable, "-m", "wedgewatch", "bench", "resume", "--trials", "1", "--tasks", "10"]
+    argv += ["--fault", "wedge", "--arm", "resume", "--arm", "fail"]
     done = subprocess.run(
         [*argv, "--concurrency", "5", "--json"], capture_output=True, text=True, timeout=280
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
-    on, off = out["summary"]["resume"], out["summary"]["fail"]
+    on, off = out["summary"]["sim wedge resume"], out["summary"]["sim wedge fail"]
     assert on["struck"]["median"] >= 1 and on["resumed"]["median"] >= on["struck"]["median"]
     assert on["tasks_lost"]["median"] == 0
     assert off["struck"]["median"] >= 1 and off["tasks_lost"]["median"] >= off["struck"]["median"]
     assert off["resumed"]["median"] == 0
     assert on["added"]["n"] == on["struck"]["median"] and on["added"]["median"] > 0
     assert on["detection"]["n"] == on["restarting"]["n"] == 1 and on["rest"]["n"] == on["added"]["n"]
+    assert on["flowing"]["n"] == 1 and on["flowing"]["median"] >= on["restarting"]["median"]
+    assert on["ready_first"]["n"] == on["ready_later"]["n"] == 1
     (resumed,) = [r for r in out["runs"] if r["arm"] == "resume"]
     assert resumed["errors"] == []
 
@@ -36,5 +40,5 @@ def test_a_bad_bench_resume_input_is_one_line() -> None:
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "wedgewatch: error: --tasks (4) must be more than --concurrency (8), which needs 1 or more:"
-        " the wedge strikes the task that starts once the first are under way"
+        " the fault strikes the task that starts once the first are under way"
     ]

@@ -45,7 +45,7 @@ def test_a_short_schedule_on_the_simulator_keeps_the_control_s_outcomes_and_repl
     dealt = report["run"]["dealt"]
     assert sorted(d["kind"] for d in dealt) == ["conn_reset", "disk_full", "freeze", "kill_server"]
     assert all(d["at"] is not None for d in dealt), dealt  # every fault struck
-    assert report["run"]["finished"]
+    assert report["run"]["done"]
     fig = report["figures"]
     assert fig["instances"] == 2 and fig["outcomes_equal"] == 2, fig
     assert fig["replies"]["differing"] == 0 and fig["replies"]["unmatched"] == 0, fig

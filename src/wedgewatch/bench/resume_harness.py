@@ -6,6 +6,9 @@ streamed and not; the answers differ in length from task to task (24 to 64 token
 do not run in step. Every request carries the task's tag (``x-wedgewatch-tag``); a task is lost when
 a request of it raised, as a harness that does not retry scores it (the issue measured 8 of 16
 tasks lost to one wedge with the OpenAI Agents SDK).
+
+A real small model (``tools=False``, the bundled Gemma on the CPU vLLM) calls no tool: its tasks
+are two plain chat requests, streamed and not, in turn.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import openai
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
 SHAPES = ("chat stream", "chat", "responses stream", "responses")
+PLAIN = ("chat stream", "chat")
 TOOL = "run_tests"
 _PARAMS = {"type": "object", "properties": {"path": {"type": "string"}}}
 
@@ -124,17 +128,47 @@ async def _responses(client: openai.AsyncOpenAI, tag: str, stream: bool) -> None
         )
 
 
-async def run(base_url: str, tasks: int, concurrency: int) -> list[TaskRun]:
-    """``tasks`` tasks, ``concurrency`` at a time, against ``base_url`` (the proxy's ``/v1``)."""
+async def _plain(client: openai.AsyncOpenAI, model: str, tag: str, stream: bool) -> None:
+    head = {"x-wedgewatch-tag": tag}
+    messages: list[Any] = [
+        {"role": "user", "content": f"Task {tag}: write a short story about a lighthouse."}
+    ]
+    n = _answer_tokens(tag)
+    for turn in range(2):
+        if stream:
+            text = ""
+            async for chunk in await client.chat.completions.create(
+                model=model, messages=messages, max_tokens=n, stream=True, temperature=0, extra_headers=head
+            ):
+                text += (chunk.choices[0].delta.content or "") if chunk.choices else ""
+        else:
+            reply = await client.chat.completions.create(
+                model=model, messages=messages, max_tokens=n, temperature=0, extra_headers=head
+            )
+            text = reply.choices[0].message.content or ""
+        messages += [
+            {"role": "assistant", "content": text},
+            {"role": "user", "content": f"Go on ({turn + 1})."},
+        ]
+
+
+async def run(
+    base_url: str, tasks: int, concurrency: int, tools: bool = True, model: str = "sim-model"
+) -> list[TaskRun]:
+    """``tasks`` tasks, ``concurrency`` at a time, against ``base_url`` (the proxy's ``/v1``);
+    ``tools=False``: plain chat tasks of ``model``."""
     client = openai.AsyncOpenAI(base_url=base_url, api_key="bench")
     sem = asyncio.Semaphore(concurrency)
+    shapes = SHAPES if tools else PLAIN
 
     async def one(i: int) -> TaskRun:
-        tag, shape = f"t-{i:02d}", SHAPES[i % len(SHAPES)]
+        tag, shape = f"t-{i:02d}", shapes[i % len(shapes)]
         async with sem:
             out = TaskRun(tag, shape, time.time())
             try:
-                if shape.startswith("chat"):
+                if not tools:
+                    await _plain(client, model, tag, shape.endswith("stream"))
+                elif shape.startswith("chat"):
                     await _chat(client, tag, shape.endswith("stream"))
                 else:
                     await _responses(client, tag, shape.endswith("stream"))

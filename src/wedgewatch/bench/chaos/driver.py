@@ -16,6 +16,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,15 +24,18 @@ from typing import Any
 
 import aiohttp
 
-from wedgewatch.bench.chaos import checker, engines
-from wedgewatch.bench.chaos.deal import Dealt, Finished, Table, armed_faults
+from wedgewatch.bench.chaos import checker, engines, margins, timing
+from wedgewatch.bench.chaos.deal import Dealer, armed_faults
 from wedgewatch.bench.chaos.kinds import Planned, plan
 from wedgewatch.bench.chaos.process import Death, RunProcess, Sample
-from wedgewatch.bench.chaos.replies import compare, exchanges
+from wedgewatch.bench.chaos.replies import Exchange, compare, exchanges
+from wedgewatch.bench.chaos.table import Dealt, Finished
 from wedgewatch.bench.procfs import group_pids
 from wedgewatch.bench.rig import armed, strikes
-from wedgewatch.config import load_config
+from wedgewatch.config import WatchdogConfig, load_config
 from wedgewatch.ledger import Ledger
+from wedgewatch.stack.servers import Stack
+from wedgewatch.supervisor.profiles import served_name
 
 RUN_SEED = 2
 """The run's own seed (the simulator's policy: at its skill of 0.5 some instances are solved);
@@ -65,7 +69,7 @@ class RunResult:
             "run_id": self.run_id,
             "root": str(self.root),
             "ledger": str(self.ledger),
-            "finished": self.finished,
+            "done": self.finished,
             "wall": round(self.wall, 1),
             "tokens": round(self.tokens),
             "starts": self.starts,
@@ -77,12 +81,12 @@ class RunResult:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunResult:
         return cls(
-            data["label"], data["run_id"], Path(data["root"]), Path(data["ledger"]), data["finished"],
+            data["label"], data["run_id"], Path(data["root"]), Path(data["ledger"]), data["done"],
             data["wall"], data["tokens"], starts=data["starts"],
         )  # fmt: skip
 
-    def checked(self) -> checker.Run:
-        return checker.Run(
+    def checked(self) -> timing.Run:
+        return timing.Run(
             self.run_id,
             self.ledger,
             self.workdir,
@@ -126,7 +130,7 @@ async def drive(
         run.start()
         finished = False
         async with aiohttp.ClientSession() as session:
-            table = Table(
+            table = Dealer(
                 engine,
                 run,
                 ledger,
@@ -202,6 +206,37 @@ def cleanup(result: RunResult) -> list[str]:
     return done
 
 
+async def judge(
+    config: Path, differing: list[tuple[Exchange, Exchange]], sample: list[Exchange]
+) -> dict[str, Any]:
+    """The margins of the differing replies and the control's, on a life of the run's engine
+    started for them (``margins.py``)."""
+    cfg = load_config(config)
+    with tempfile.TemporaryDirectory(prefix="ww-chaos-margins-") as tmp:
+        server = cfg.server.model_copy(update={"log_dir": tmp})
+        ledger = Ledger(Path(tmp) / "ledger.sqlite")
+        try:
+            async with (
+                Stack(server, WatchdogConfig(), ledger=ledger) as stack,
+                aiohttp.ClientSession() as session,
+            ):
+                eng = margins.Engine(
+                    session, stack.supervisor.base_url, cfg.agent.model or served_name(cfg.server)
+                )
+                found = await margins.noise(eng, sample)
+                out: dict[str, Any] = {}
+                for run, ctl in differing:
+                    m = await margins.margin(eng, run, ctl)
+                    out[run.request] = {
+                        "exchange": f"{run.attempt_id} step {run.step}",
+                        "margin": None if m is None else m.to_json(),
+                        "accepted": margins.accepted(m, found["accept_below"]),
+                    }
+        finally:
+            ledger.close()
+    return {"control": found, "margins": out}
+
+
 async def control(
     engine: engines.Engine, shape: engines.Shape, folder: Path, settle_timeout: float, run_timeout: float
 ) -> tuple[RunResult, RunResult]:
@@ -259,7 +294,14 @@ async def chaos(
     )
     try:
         detection = detection_limit(run.root / "run.toml")
-        broken, figures = checker.check_run(run.checked(), a.checked(), b.checked(), set(), detection)
+        checked, first = run.checked(), a.checked()
+        broken, figures = checker.check_run(checked, first, b.checked(), set(), detection)
+        differing = compare(checked.exchanges, first.exchanges).differing
+        if differing and engine.name == engines.VLLM_CPU:
+            judged = await judge(run.root / "run.toml", differing, first.exchanges)
+            ok = {key for key, m in judged["margins"].items() if m["accepted"]}
+            broken, figures = checker.check_run(checked, first, b.checked(), ok, detection)
+            figures["margins"] = judged
         if not run.finished:
             broken.append(checker.Broken("one_outcome", f"the run did not finish within {run_timeout:.0f} s"))
     finally:

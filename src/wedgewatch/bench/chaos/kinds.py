@@ -61,6 +61,13 @@ KINDS: dict[str, Kind] = {
 }  # fmt: skip
 
 
+LETHAL = frozenset(
+    {"freeze", "kill_engine", "kill_server", "exit_zero", "engine_error", "kill_then_freeze",
+     "freeze_then_kill_runner", "kill_runner"}
+)  # fmt: skip
+"""Kinds after which the run serves again only from another life (or another runner)."""
+
+
 def kinds_for(engine: str) -> list[str]:
     return [k.name for k in KINDS.values() if engine in k.engines]
 

@@ -1,5 +1,6 @@
-"""``wedgewatch bench resume``: tasks lost per wedge with the proxy's resume on and off, side by
-side in one run, and each resumed task's added wall-clock (``bench/resume.py``)."""
+"""``wedgewatch bench resume``: tasks lost per fault with ``on_wedge`` fail, resume and resume with
+a standby, against a wedge and an engine death, on the simulator and the real CPU vLLM; each
+struck task's added wall-clock and its parts (``bench/resume.py``)."""
 
 from __future__ import annotations
 
@@ -19,35 +20,57 @@ from wedgewatch.cli.bench import bench_app
 
 @bench_app.command("resume")
 def bench_resume(
-    trials: Annotated[int, typer.Option("--trials", help="Trials of each arm (on_wedge resume, fail).")] = 3,
+    trials: Annotated[int, typer.Option("--trials", help="Trials of each cell.")] = 3,
     tasks: Annotated[int, typer.Option("--tasks", help="Tasks of the harness in each trial.")] = 16,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Tasks at a time.")] = 8,
+    engine: Annotated[
+        list[str] | None, typer.Option("--engine", help="sim (default) or vllm-cpu; repeatable.")
+    ] = None,
+    fault: Annotated[
+        list[str] | None, typer.Option("--fault", help="wedge or death; repeatable (default both).")
+    ] = None,
+    arm: Annotated[
+        list[str] | None,
+        typer.Option("--arm", help="resume, fail or standby; repeatable (default: all three)."),
+    ] = None,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the summary and every trial as JSON.")
     ] = False,
 ) -> None:
-    """A harness on the OpenAI SDK (tasks of a tool call and an answer, chat and Responses,
-    streamed and not) against a supervised simulator that wedges once mid-run, every wedgewatch
-    setting at its default, with ``on_wedge = "resume"`` and ``"fail"`` in alternate trials: the
-    tasks each wedge lost, the tasks it struck, the requests resumed, and each struck task's added
-    wall-clock (detection, restart, the request going on), medians and ranges."""
+    """A harness on the OpenAI SDK (on the simulator: tasks of a tool call and an answer, chat and
+    Responses, streamed and not; on vLLM's bundled Gemma: plain chat, streamed and not) against a
+    supervised server struck once mid-run, every other wedgewatch setting at its default; the arms
+    alternate trial by trial. Per cell: the tasks each fault lost and struck, the requests resumed,
+    each struck task's added wall-clock (detection, restart, the request going on), the verdict to
+    requests flowing again, and the ready time of the first and the next life."""
     from wedgewatch.bench import resume
 
+    engines, faults, arms = list(engine or ["sim"]), list(fault or resume.FAULTS), list(arm or resume.ARMS)
+    for flag, given, known in (
+        ("--engine", engines, resume.ENGINES),
+        ("--fault", faults, resume.FAULTS),
+        ("--arm", arms, resume.ARMS),
+    ):
+        bad = [g for g in given if g not in known]
+        if bad:
+            raise BadInput(f"{flag}: no {bad[0]!r} (known: {', '.join(known)})")
     if trials < 1 or tasks <= concurrency or concurrency < 1:
         raise BadInput(
             f"--trials: needs 1 or more, got {trials}"
             if trials < 1
             else f"--tasks ({tasks}) must be more than --concurrency ({concurrency}), which needs 1 or more:"
-            " the wedge strikes the task that starts once the first are under way"
+            " the fault strikes the task that starts once the first are under way"
         )
     started = time.strftime("%Y-%m-%d")
     runs: list[resume.Trial] = []
     with tempfile.TemporaryDirectory(prefix="ww-bench-resume-") as tmp:
-        for n in range(trials):
-            for arm in resume.ARMS:  # side by side: the arms alternate
-                workdir = Path(tmp) / f"{arm}-{n}"
-                workdir.mkdir()
-                runs.append(asyncio.run(resume.trial(workdir, arm, tasks, concurrency)))
+        for eng in engines:
+            for f in faults:
+                for n in range(trials):
+                    for a in arms:  # side by side: the arms alternate
+                        workdir = Path(tmp) / f"{eng}-{f}-{a}-{n}"
+                        workdir.mkdir()
+                        runs.append(asyncio.run(resume.trial(workdir, a, tasks, concurrency, f, eng)))
     summ = resume.summary(runs)
     if json_out:
         out = {"date": started, "trials": trials, "summary": summ, "runs": [vars(t) for t in runs]}
@@ -56,8 +79,8 @@ def bench_resume(
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     typer.echo(f"wedgewatch bench resume --trials {trials} ({started}; load average after: {load})")
     typer.echo(
-        f"{tasks} tasks of a tool call and an answer, {concurrency} at a time (chat and Responses, streamed"
-        " and not, OpenAI SDK defaults); one wedge mid-run; every wedgewatch setting at its default\n"
+        f"{tasks} tasks of two requests, {concurrency} at a time (OpenAI SDK defaults); one fault mid-run;"
+        " every other wedgewatch setting at its default\n"
     )
     for line in resume.table(summ):
         typer.echo(line)
