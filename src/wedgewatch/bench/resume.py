@@ -66,7 +66,7 @@ class Trial:
     struck: int = 0  # tasks with a request on the struck life when it was replaced
     resumed: int = 0  # request rows ``resumed``
     detection: float | None = None  # the strike -> the supervisor's verdict
-    restart: float | None = None  # the verdict -> the next life ready (0: it was ready before)
+    restarting: float | None = None  # the verdict -> the next life ready (0: it was ready before)
     flowing: float | None = None  # the verdict -> the first token on the next life
     ready_first: float | None = None  # the first life's start to ready
     ready_later: float | None = None  # the next life's start to ready
@@ -223,7 +223,7 @@ def _measure(
     nxt = next((lv for lv in later if lv["ready_at"] is not None), None)
     if nxt is not None:
         out.ready_later = nxt["ready_seconds"]
-        out.restart = round(max(0.0, nxt["ready_at"] - verdict.ts), 3)
+        out.restarting = round(max(0.0, nxt["ready_at"] - verdict.ts), 3)
     gone = [r for r in rows if r["life_id"] == struck_life and r["outcome"] != vocab.OK]
     struck = {
         r["attempt_id"] for r in gone if r["outcome"] == vocab.RESUMED or vocab.is_infra_outcome(r["outcome"])
@@ -275,7 +275,7 @@ def _cell(mine: list[Trial]) -> dict[str, Any]:
         vocab.RESUMED: _spread([float(t.resumed) for t in mine], 0),
         "added": _spread([a for t in mine for a in t.added]),
         "detection": _spread(some("detection")),
-        "restarting": _spread(some("restart")),
+        "restarting": _spread(some("restarting")),
         "flowing": _spread(some("flowing")),
         "ready_first": _spread(some("ready_first")),
         "ready_later": _spread(some("ready_later")),

@@ -33,6 +33,21 @@ def bench_resume(
         list[str] | None,
         typer.Option("--arm", help="resume, fail or standby; repeatable (default: all three)."),
     ] = None,
+    scale: Annotated[
+        int,
+        typer.Option(
+            "--scale",
+            help="Instead: this many instances on a pool of simulators, faults at the field's rates, "
+            "fail against resume against a standby (bench/resume_scale.py).",
+        ),
+    ] = 0,
+    members: Annotated[
+        int, typer.Option("--members", help="With --scale: simulated servers in the pool.")
+    ] = 8,
+    time_scale: Annotated[
+        float, typer.Option("--time-scale", help="With --scale: server time per wall second.")
+    ] = 4.0,
+    seed: Annotated[int, typer.Option("--seed", help="With --scale: the faults' seed.")] = 1,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the summary and every trial as JSON.")
     ] = False,
@@ -45,6 +60,9 @@ def bench_resume(
     requests flowing again, and the ready time of the first and the next life."""
     from wedgewatch.bench import resume
 
+    if scale:
+        _scale(scale, members, time_scale, seed, list(arm or resume.ARMS), json_out)
+        return
     engines, faults, arms = list(engine or ["sim"]), list(fault or resume.FAULTS), list(arm or resume.ARMS)
     for flag, given, known in (
         ("--engine", engines, resume.ENGINES),
@@ -83,4 +101,43 @@ def bench_resume(
         " every other wedgewatch setting at its default\n"
     )
     for line in resume.table(summ):
+        typer.echo(line)
+
+
+def _scale(n: int, members: int, time_scale: float, seed: int, arms: list[str], json_out: bool) -> None:
+    import subprocess
+    import sys
+
+    from wedgewatch.bench import resume_scale
+
+    if n < members or members < 2 or time_scale <= 0:
+        raise BadInput(
+            f"--scale: needs at least --members instances and 2 members or more, got {n} and {members}"
+        )
+    rows = []
+    started = time.strftime("%Y-%m-%d")
+    with tempfile.TemporaryDirectory(prefix="ww-bench-resume-scale-") as tmp:
+        for a in arms:  # each arm in a process of its own: a fresh runner, the same seed's faults
+            root = Path(tmp) / a
+            root.mkdir()
+            argv = [str(root), a, str(n), str(members), str(time_scale), str(4 * members), str(seed)]
+            done = subprocess.run(
+                [sys.executable, "-m", "wedgewatch.bench.resume_scale", *argv], capture_output=True, text=True
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"bench resume --scale, arm {a}: {done.stderr[-2000:]}")
+            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    if json_out:
+        typer.echo(json.dumps({"date": started, "seed": seed, "arms": rows}, indent=2))
+        return
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    typer.echo(
+        f"wedgewatch bench resume --scale {n} --members {members} --seed {seed} ({started}; load average after: {load})"
+    )
+    typer.echo(
+        f"{n} echo tasks of {resume_scale.SERVER_SECONDS_PER_TASK:g} s of server time, {members} simulated servers "
+        f"(one slow), {time_scale:g}x; a wedge per server every {resume_scale.WEDGE_HOURS:g} engine-hours, a crash "
+        f"every {resume_scale.CRASH_HOURS / resume_scale.CRASH_STRESS:g}\n"
+    )
+    for line in resume_scale.table(rows):
         typer.echo(line)
