@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from conftest import RunningServer
-from wedgewatch.base.errors import PortBusyError, ServerStartError
+from wedgewatch.base.errors import PortBusyError, ServerError, ServerStartError
 from wedgewatch.base.events import Event, EventBus, Stalled
 from wedgewatch.config import ServerConfig, WarmupConfig
 from wedgewatch.ledger import Ledger
@@ -146,6 +146,29 @@ async def test_fresh_start_is_ready_warmed_and_recorded(tmp_path: Path, ledger: 
     assert rec.kinds()[:2] == ["server_starting", "server_ready"]
     names = _sampled(ledger)
     assert {"vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:num_requests_running"} <= names
+
+
+async def test_warm_up_requests_of_other_kinds_follow_the_prompts(tmp_path: Path, ledger: Ledger) -> None:
+    """``warmup.requests``: one request of each kind after the prompt's, each table merged into
+    the warm-up's body (here: other token counts, and an unknown model, which fails the warm-up)."""
+    kinds = [
+        {"max_tokens": 3},
+        {"max_tokens": 5, "logprobs": True, "top_logprobs": 2},
+        {"max_tokens": 2, "stream": False},  # one answer: what vLLM's prompt_logprobs need
+    ]
+    warmup = WarmupConfig(timeout=10.0, count=1, requests=kinds)
+    sup, _ = await start(config(tmp_path, warmup=warmup), ledger)
+    try:
+        async with aiohttp.ClientSession() as s, s.get(sup.base_url + "/sim/stats") as r:
+            stats = await r.json()
+    finally:
+        await sup.stop()
+    assert stats["completed"] == 1 + 1 + 3 and stats["tokens_generated"] == 1 + 40 + 3 + 5 + 2
+    (row,) = rows(ledger, "SELECT warmup_json FROM server_life_view")
+    assert [w["tokens"] for w in json.loads(row["warmup_json"])] == [40, 3, 5, 2]
+    bad = WarmupConfig(timeout=10.0, count=1, requests=[{"model": "no-such-adapter", "stream": False}])
+    with pytest.raises(ServerError, match="warm-up request 2 of 2 failed"):
+        await start(config(tmp_path, warmup=bad, max_restarts=0), ledger)
 
 
 def _sampled(ledger: Ledger) -> set[str]:

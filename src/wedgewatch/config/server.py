@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -21,6 +21,13 @@ class WarmupConfig(Section):
     """Tokens per warm-up request (the story's 40)."""
     timeout: float = Field(60.0, gt=0)
     """Deadline for each warm-up request."""
+    requests: list[dict[str, Any]] = Field(default_factory=list)
+    """Warm-up requests of other kinds, one each after the `count` of the prompt: each a table
+    merged into the warm-up's chat request (`{logprobs = true, top_logprobs = 5}`, `{model =
+    "my-adapter"}`, a `response_format`), which stays a stream. A server whose first request of a
+    kind compiles or loads something (log probabilities, a LoRA adapter, a grammar: seconds on a
+    CPU) pays for it here, before the wedge detection watches it, not in a step so long that it
+    reads as a wedge."""
 
 
 class ServerConfig(Section):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -99,9 +100,12 @@ async def generate(
     max_tokens: int,
     timeout: float,
     headers: dict[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> ProbeResult:
     """A streamed chat completion under one deadline. ok means the server finished the answer
-    (a finish_reason or ``[DONE]``), whatever the text."""
+    (a finish_reason or ``[DONE]``), whatever the text. ``extra`` is merged into the request's
+    body (a warm-up of another kind: log probabilities, an adapter); with ``"stream": false`` in
+    it the request asks for one answer (what some kinds need: vLLM's ``prompt_logprobs``)."""
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
@@ -109,7 +113,11 @@ async def generate(
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
+        **(extra or {}),
     }
+    if body["stream"] is not True:
+        body.pop("stream_options")
+        return await _whole(session, f"{base_url}/v1/chat/completions", body, timeout, headers)
     t0 = time.monotonic()
     ttft: float | None = None
     tokens = 0
@@ -140,7 +148,9 @@ async def generate(
                         raise ValueError(f"error event: {str(obj['error'])[:200]}")
                     for choice in obj.get("choices") or ():
                         delta = choice.get("delta") or {}
-                        if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
+                        if any(
+                            delta.get(k) for k in ("content", "reasoning_content", "reasoning", "tool_calls")
+                        ):
                             tokens += 1
                             if ttft is None:
                                 ttft = time.monotonic() - t0
@@ -156,6 +166,36 @@ async def generate(
     if not finished:
         return ProbeResult(False, seconds, ttft, count, status, "stream ended without a finish")
     return ProbeResult(True, seconds, ttft, count, status)
+
+
+async def _whole(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: Mapping[str, Any],
+    timeout: float,
+    headers: dict[str, str] | None,
+) -> ProbeResult:
+    """One non-streaming chat completion: ok when the answer has a choice with a finish reason."""
+    t0 = time.monotonic()
+    status: int | None = None
+    try:
+        async with asyncio.timeout(timeout), session.post(url, json=body, headers=headers) as resp:
+            status = resp.status
+            text = await resp.text()
+        if status != 200:
+            return ProbeResult(
+                False, time.monotonic() - t0, status=status, error=f"HTTP {status}: {text[:300]}"
+            )
+        answer = json.loads(text)
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+        return ProbeResult(False, time.monotonic() - t0, None, 0, status, _describe(exc))
+    seconds = time.monotonic() - t0
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    tokens = int(usage.get("completion_tokens") or 0) if isinstance(usage, dict) else 0
+    if not choices or not all(isinstance(c, dict) and c.get("finish_reason") for c in choices):
+        return ProbeResult(False, seconds, None, tokens, status, "an answer without a finish")
+    return ProbeResult(True, seconds, None, tokens, status)
 
 
 async def canary(

@@ -197,17 +197,26 @@ class Starter:
         return f"; last lines of {life.log_path}:\n{redact.text(log_tail(life.log_path, 20))}"
 
     async def warm_up(self, life: Life) -> None:
-        """The warm-up requests, one after another, each under its own deadline."""
+        """The warm-up requests, one after another, each under its own deadline: ``count`` of the
+        prompt, then one of each kind in ``requests``."""
         w = self.cfg.warmup
-        for i in range(w.count):
+        kinds: list[dict[str, Any] | None] = [None] * w.count + list(w.requests)
+        for i, extra in enumerate(kinds):
             res = await probes.generate(
-                self._http(), life.base_url, self.model, w.prompt, w.max_tokens, w.timeout, self.headers
+                self._http(),
+                life.base_url,
+                self.model,
+                w.prompt,
+                w.max_tokens,
+                w.timeout,
+                self.headers,
+                extra,
             )
             life.own_requests += 1
             life.warmup.append(res.as_dict())
             if not res.ok:
                 self.check_exited(life)
-                raise WarmupError(f"warm-up request {i + 1} of {w.count} failed: {res.error}")
+                raise WarmupError(f"warm-up request {i + 1} of {len(kinds)} failed: {res.error}")
 
     async def canary(self, life: Life) -> probes.ProbeResult:
         res = await probes.canary(
