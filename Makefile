@@ -68,9 +68,10 @@ demo: $(STAMP)
 # The real-vLLM tests (tests/test_vllm_*.py) need vLLM's own environment and the bundled model as
 # safetensors, both cached outside the repository (src/wedgewatch/launchers/vllm_env.py): made here
 # before the suite, once per machine (a few minutes; nothing when cached), outside any test's timeout.
+# --durations=15: every run ends with its slowest 15 tests, so a slow one is seen where it lands.
 test: system-tools $(STAMP)
 	$(BIN)/python -m wedgewatch.launchers.vllm provision
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 6 --dist loadgroup $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 6 --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests
