@@ -21,6 +21,7 @@ from typing import Any
 
 from wedgewatch.bench.children import Server, pinned
 from wedgewatch.bench.procfs import group_cpu_seconds
+from wedgewatch.view.child import NICE
 
 _SLOW = """
 name = "bench-view"
@@ -30,6 +31,7 @@ max_num_seqs = 4096
 """
 
 
+_NICE = ["nice", "-n", str(NICE)]
 ATTACHED = "proxy+view"
 """``bench proxy --view``'s name for the proxy measured with a page of the view attached."""
 _KEYS = (
@@ -105,14 +107,26 @@ class Attached:
 
     def __init__(self, ledger: Path, work: Path, cpus: set[int] | None = None) -> None:
         self.cpus = cpus
+        # At the priority ``--view`` gives it (view/child.py); the reader, standing for a browser
+        # on this machine, likewise.
         self.server = Server(
-            _wedgewatch("view", str(ledger), "--port", "0"), work / "view.log", cpus=cpus, prefix="view on "
+            [*_NICE, *_wedgewatch("view", str(ledger), "--port", "0")],
+            work / "view.log",
+            cpus=cpus,
+            prefix="view on ",
         )
         self.url = self.server.url.rstrip("/")
         self._reader: subprocess.Popen[str] | None = None
 
     def read(self, page: str, seconds: float) -> None:
-        argv = [sys.executable, "-m", "wedgewatch.bench.view_reader", "--url", f"{self.url}/stream{page}"]
+        argv = [
+            *_NICE,
+            sys.executable,
+            "-m",
+            "wedgewatch.bench.view_reader",
+            "--url",
+            f"{self.url}/stream{page}",
+        ]
         self._reader = subprocess.Popen(
             [*argv, "--seconds", str(seconds)],
             stdout=subprocess.PIPE,

@@ -13,6 +13,10 @@ import threading
 
 from wedgewatch.base.errors import WedgewatchError
 
+NICE = 10
+"""The view's priority below the command's: a page is best effort, and on a busy machine the
+proxy, the engine and the agents come first."""
+
 STARTUP = 60.0
 """Seconds the command waits for the view's first line (its address)."""
 
