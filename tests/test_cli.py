@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -24,6 +26,25 @@ def test_unknown_flag_is_one_line_naming_the_flag() -> None:
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "--bogus" in lines[0]
+
+
+def test_a_harness_option_given_to_wrap_without_the_separator_gets_the_hint(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from wedgewatch.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["wrap", "run.toml", "python", "my_eval.py", "--base-url", "{base_url}"])
+    line = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and "\n" not in line
+    assert line.endswith(
+        "No such option: --base-url; if --base-url is the harness's own, put -- before its command: "
+        "wedgewatch wrap CONFIG [OPTIONS] -- CMD ARGS..."
+    ), line
+    # With the separator given, an unknown option is wrap's own mistake: no hint.
+    with pytest.raises(SystemExit):
+        main(["wrap", "run.toml", "--bogus", "--", "true"])
+    assert capsys.readouterr().err.strip().endswith("No such option: --bogus")
 
 
 def test_no_args_prints_help() -> None:

@@ -54,13 +54,42 @@ def test_bad_field_names_file_and_field(tmp_path: Path) -> None:
 def test_unknown_field_and_bad_toml_and_missing_file(tmp_path: Path) -> None:
     p = tmp_path / "run.toml"
     p.write_text("[watchdog]\nttft = 3\n")
-    with pytest.raises(ConfigError, match=r"watchdog\.ttft: Extra inputs"):
+    with pytest.raises(ConfigError, match=r"watchdog\.ttft: no such field in \[watchdog\]"):
         load_config(p)
     p.write_text("[run\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(p)
     with pytest.raises(ConfigError, match=r"nope\.toml"):
         load_config(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("[server]\nprofle = 'sim'\n", "server.profle: no such field in [server]; did you mean profile?"),
+        ("[run]\ntime_scal = 20\n", "run.time_scal: no such field in [run]; did you mean time_scale?"),
+        (
+            "[server.warmup]\ncout = 3\n",
+            "server.warmup.cout: no such field in [server.warmup]; did you mean count?",
+        ),
+        (
+            "[[servers]]\nprofle = 'sim'\n",
+            "servers.0.profle: no such field in [[servers]]; did you mean profile?",
+        ),
+        ("[run.ray]\nadress = 'auto'\n", "run.ray.adress: no such field in [run.ray]; did you mean address?"),
+        ("[servr]\nport = 1\n", "servr: no such section; did you mean server or servers?"),
+        (
+            "[server]\nzzzz = 1\n",
+            "server.zzzz: no such field in [server] (wedgewatch config --schema lists every field)",
+        ),
+    ],
+)
+def test_a_mistyped_key_gets_the_nearest_field_names(tmp_path: Path, text: str, line: str) -> None:
+    p = tmp_path / "run.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(p)
+    assert str(exc.value) == f"{p}: {line}"
 
 
 def test_hash_follows_the_snapshot() -> None:

@@ -16,7 +16,7 @@ import sys
 import typer
 
 # typer >= 0.20 vendors click; its exceptions live here, and non-standalone mode raises them.
-from typer._click.exceptions import NoArgsIsHelpError, UsageError
+from typer._click.exceptions import NoArgsIsHelpError, NoSuchOption, UsageError
 
 from wedgewatch import __version__
 from wedgewatch.base.errors import WedgewatchError
@@ -79,6 +79,21 @@ def fail(message: str, code: int = 2) -> None:
     raise SystemExit(code)
 
 
+def _hint(exc: UsageError, args: list[str]) -> str:
+    """An option unknown to a command that runs another program's command line (``wrap ... --
+    CMD ARGS``), given no ``--``, is most likely that program's own, given without the ``--``
+    that ends ours."""
+    ctx = exc.ctx
+    if not isinstance(exc, NoSuchOption) or ctx is None or "--" in args:
+        return ""
+    if not any(p.name == "cmd" and p.nargs == -1 for p in ctx.command.params):
+        return ""
+    return (
+        f"; if {exc.option_name} is the harness's own, put -- before its command: "
+        f"{ctx.command_path} CONFIG [OPTIONS] -- CMD ARGS..."
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """The ``wedgewatch`` command. Whatever it creates (ledger and its -wal/-shm, logs, records,
     exports, evidence, reports), and whatever the processes it starts create, is the user's only
@@ -96,7 +111,8 @@ def _main(argv: list[str] | None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    _load_commands(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else argv
+    _load_commands(args)
     try:
         rc = app(args=argv, prog_name="wedgewatch", standalone_mode=False)
     except NoArgsIsHelpError as exc:
@@ -105,7 +121,7 @@ def _main(argv: list[str] | None) -> None:
     except UsageError as exc:
         # click names the option in its message ("Invalid value for '--port': ...").
         cmd = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
-        fail(f"{cmd}{exc.format_message()}".replace("\n", " "))
+        fail(f"{cmd}{exc.format_message()}{_hint(exc, args)}".replace("\n", " "))
     except typer.Abort:
         fail("aborted", 130)
     except WedgewatchError as exc:  # BadInput and a busy port exit 2, the rest 1

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from wedgewatch.base import redact
 from wedgewatch.base.errors import ConfigError
@@ -128,7 +129,27 @@ def validate(data: dict[str, Any], source: str) -> Config:
         err = exc.errors()[0]
         # A rule over several sections (a model validator) has no location: its message names them.
         msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = _unknown(err["loc"])
         raise ConfigError(source, _field_path(err["loc"]) or None, msg) from None
+
+
+def _unknown(loc: tuple[int | str, ...]) -> str:
+    """The line for a key no section has: the nearest names of that section's fields (difflib),
+    as a typo is the usual cause."""
+    model: type[BaseModel] = Config
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue  # a [[servers]] member: its fields are the list's model's
+        inner = model.model_fields[part].annotation
+        model = next(a for a in (inner, *get_args(inner)) if isinstance(a, type) and issubclass(a, BaseModel))
+    table = ".".join(str(p) for p in loc[:-1] if not isinstance(p, int))
+    where = f"[[{table}]]" if any(isinstance(p, int) for p in loc) else f"[{table}]"
+    what = f"no such field in {where}" if table else "no such section"
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=3, cutoff=0.6)
+    if close:
+        return f"{what}; did you mean {' or '.join(close)}?"
+    return f"{what} (wedgewatch config --schema lists every field)"
 
 
 def load_config(path: str | Path) -> Config:
