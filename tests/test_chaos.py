@@ -116,3 +116,18 @@ def test_outcomes_are_held_instance_by_instance() -> None:
         {"a": "resolved", "b": "infra_failed"}, {"a": "resolved", "b": "early_stop"}
     )
     assert [b.what for b in broken] == ["b: infra_failed where the control has early_stop"]
+
+
+def test_the_scale_study_s_faults_arrive_at_the_field_s_rates_and_replay_by_seed() -> None:
+    from wedgewatch.base import vocab
+    from wedgewatch.bench import resume_scale
+
+    plan = resume_scale.schedule(1, 8, 3000.0)
+    assert plan == resume_scale.schedule(1, 8, 3000.0) and plan != resume_scale.schedule(2, 8, 3000.0)
+    assert [t for t, _ in plan] == sorted(t for t, _ in plan) and all(0 < t <= 3000 for t, _ in plan)
+    wedges = sum(1 for _, k in plan if k == vocab.WEDGE)
+    crashes = sum(1 for _, k in plan if k == vocab.CRASH)
+    # 8 servers for 3,000 hours: 8,000 wedges at one per 3 hours, 3,810 crashes at one per 6.3
+    # (the field's 6,300 hours, stressed 1,000 times); each Poisson count within 5 deviations.
+    assert abs(wedges - 8000) < 5 * 8000**0.5, wedges
+    assert abs(crashes - 3810) < 5 * 3810**0.5, crashes

@@ -29,6 +29,10 @@ EngineDeadError (its error event in the stream, then the API server's exit, with
 0)."""
 
 
+SANDBOX_WAIT = 300.0
+"""Seconds ``kill_sandbox`` waits for a command to run in a sandbox."""
+
+
 def armed_faults(schedule: list[Planned]) -> dict[str, dict[str, Any]]:
     """One armed simulator fault per fault of ``schedule`` the simulator plays (named ``f<n>``,
     and ``f<n>b`` for the second of a pair), striking ``after_tokens`` into a reply."""
@@ -218,8 +222,9 @@ class Dealer(Table):
             found[:] = strikes.in_sandbox(self.workdir)
             return bool(found)
 
-        if not await self.until(running, self.settle_timeout):
-            d.skipped = "no sandbox command ran"
+        # A model that rarely writes a command (the bundled Gemma) may run none for a long time.
+        if not await self.until(running, min(self.settle_timeout, SANDBOX_WAIT)):
+            d.skipped = f"no sandbox command ran within {SANDBOX_WAIT:.0f} s"
             return
         d.at = time.time()
         life = self.record.serving()

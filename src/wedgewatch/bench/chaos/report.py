@@ -35,9 +35,13 @@ def row(report: dict[str, Any]) -> dict[str, Any]:
     classes = Counter(_fault_class(report, d) for d in dealt)
     fig = report["figures"]
     broken = Counter(b["invariant"] for b in report["broken"])
-    samples = report["run"]["samples"]
-    first = samples[0] if samples else None
-    last = samples[-1] if samples else None
+    # Memory is a process's: the runner that lived through the most faults, first and last look.
+    by_pid: dict[int, list[dict[str, Any]]] = {}
+    for sample in report["run"]["samples"]:
+        by_pid.setdefault(sample["pid"], []).append(sample)
+    longest = max(by_pid.values(), key=len, default=[])
+    first = longest[0] if longest else None
+    last = longest[-1] if longest else None
     replies = fig["replies"]
     total = replies["equal"] + replies["differing"] + replies["unmatched"]
     return {
