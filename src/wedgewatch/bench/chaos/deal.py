@@ -29,6 +29,9 @@ EngineDeadError (its error event in the stream, then the API server's exit, with
 0)."""
 
 
+STRIKE_WAIT = 60.0
+"""Seconds an armed simulator fault a request met has to strike (its own log says when)."""
+
 SANDBOX_WAIT = 300.0
 """Seconds ``kill_sandbox`` waits for a command to run in a sandbox."""
 
@@ -71,7 +74,9 @@ class Dealer(Table):
             fault.disarm()
             d.skipped = "no request met it"
             return False
-        await self.until(lambda: bool(struck(self.fault_log, since)), 5.0)
+        # Met, it strikes at most ``after_tokens`` into the reply (the simulator cuts a shorter one
+        # a token before its end); a busy machine may take seconds to get there.
+        await self.until(lambda: bool(struck(self.fault_log, since)), STRIKE_WAIT)
         hits = struck(self.fault_log, since)
         if not hits:
             d.skipped = "the reply it met ended before it struck"

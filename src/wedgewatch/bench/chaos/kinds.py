@@ -4,9 +4,15 @@ Each kind says where it strikes (the engine, wedgewatch, or two faults close tog
 waits for a request in flight (a request running on the engine with tokens of its own) before it
 strikes, and which engines it can be dealt to. A schedule is a list of faults, each due once the
 run has generated ``gap_tokens`` tokens (over every server life) since the fault before it was
-dealt and the run served again; it is a pure function of the seed, the number of faults, the
-kinds and the control run's token total, so a seed replays. Gaps, not marks fixed in advance: a
-recovery costs the run time but no tokens, so fixed marks would pile up behind a slow recovery.
+dealt and the run served again, or once it has generated the schedule's gaps up to and with its
+own, whichever comes first; it is a pure function of the seed, the number of faults, the kinds
+and the control run's token total, so a seed replays. The gaps add up to ``SPAN`` of the control
+run's tokens, and a fault is never due later than its mark: so every fault is due while the
+struck run still has a good part of its tokens ahead, whatever the seed drew and however many
+tokens a fault's own wait took (a full disk held for seconds while the run goes on). The struck
+run generates at least the control's tokens (its replies are the control's; a fault only makes
+it generate some again), less what the rig did not see of a life before it died (a scrape's
+worth).
 """
 
 from __future__ import annotations
@@ -80,7 +86,7 @@ class Planned:
     kind: str
     gap_tokens: int
     """Due once the run has generated this many tokens (over every server life) since the fault
-    before it was dealt and the run served again."""
+    before it was dealt and the run served again, or the schedule's gaps so far, if sooner."""
     after_tokens: int
     """For a fault dealt in flight: tokens the struck request has first (the simulator's
     ``after_tokens``; for a signal, tokens the engine generated since the request began)."""
@@ -91,12 +97,18 @@ class Planned:
         return asdict(self)
 
 
+SPAN = 0.6
+"""The share of the control run's tokens a schedule's gaps add up to: its last fault is due with
+two fifths of the run still ahead (requests in flight to strike), however few its faults are."""
+
+
 def plan(seed: int, faults: int, kinds: list[str], total_tokens: float) -> list[Planned]:
     """``faults`` faults of ``kinds``: every kind at least once when there are as many faults as
     kinds, the rest drawn at random, in a seeded order; gaps drawn uniformly from half to one and a
-    half times an even share of 85% of the control run's ``total_tokens``, so that the schedule
-    ends before the run does. At least half are dealt in flight: faults of
-    other kinds are drawn again from those that are until that holds."""
+    half times an even share, then scaled to add up to ``SPAN`` of the control run's
+    ``total_tokens`` (drawn alone, a few gaps could add up to more than the run). At least half
+    are dealt in flight: faults of other kinds are drawn again from those that are until that
+    holds."""
     rng = random.Random(seed)
     order = list(kinds)
     rng.shuffle(order)
@@ -108,14 +120,10 @@ def plan(seed: int, faults: int, kinds: list[str], total_tokens: float) -> list[
             picked[-1 - i] = rng.choice(flying)
         i += 1
     rng.shuffle(picked)
-    share = 0.85 * total_tokens / faults
+    # Drawn in the order they always were, so a seed deals the kinds it dealt before.
+    draws = [(rng.uniform(0.5, 1.5), rng.randint(2, 12), round(rng.uniform(2.0, 6.0), 1)) for _ in picked]
+    scale = SPAN * total_tokens / sum(w for w, _, _ in draws)
     return [
-        Planned(
-            n + 1,
-            kind,
-            int(rng.uniform(0.5, 1.5) * share),
-            rng.randint(2, 12),
-            round(rng.uniform(2.0, 6.0), 1),
-        )
-        for n, kind in enumerate(picked)
+        Planned(n + 1, kind, int(w * scale), after, hold)
+        for n, (kind, (w, after, hold)) in enumerate(zip(picked, draws, strict=True))
     ]

@@ -85,6 +85,8 @@ class Table:
         self.dealt: list[Dealt] = []
         self.mark = 0.0
         """The run's progress when the last fault was dealt and the run served again."""
+        self.marks = 0.0
+        """The schedule's gaps so far: no fault is due later than its own mark."""
 
     # --- watching ------------------------------------------------------------------------------
 
@@ -140,8 +142,11 @@ class Table:
         return None
 
     async def due(self, p: Planned, timeout: float) -> bool:
-        """Wait until the run has generated the fault's gap of tokens since the last one."""
-        mark = self.mark + p.gap_tokens
+        """Wait until the run has generated the fault's gap of tokens since the last one settled,
+        or its mark in the schedule, whichever comes first (``kinds.py``: a fault's own wait, a
+        disk held full while the run goes on, never pushes the schedule past the run's end)."""
+        self.marks += p.gap_tokens
+        mark = min(self.mark + p.gap_tokens, self.marks)
         return await self.until(lambda: self.progress.tokens >= mark, timeout)
 
     async def settle(self, d: Dealt) -> None:
