@@ -17,6 +17,7 @@ from wedgewatch.runner.execution import check_run_id
 from wedgewatch.runner.retry import decide
 from wedgewatch.sandbox import LocalSandbox
 from wedgewatch.suites import bundled_extras, load_bundled
+from wedgewatch.suites.testrun import node_ids
 
 
 def test_proxy_records_overrule_what_the_agent_said() -> None:
@@ -142,3 +143,32 @@ def test_a_patch_that_breaks_collection_is_the_models_but_an_environment_that_ca
     silent = {**instance, "test_cmd": "true"}
     with pytest.raises(EvaluationError, match="not even at the base commit"):
         evaluate(silent, str(instance["patch"]), _box(instance, tmp_path, "c"), timeout=60)
+
+
+def test_tests_killed_from_outside_are_no_verdict_on_the_patch(
+    instance: dict[str, object], tmp_path: Path
+) -> None:
+    # The gold patch resolves (test above); its tests' shell SIGKILLed before they all reported
+    # (a sandbox killed under the evaluation, bench chaos's kill_sandbox) must not score it
+    # unresolved.
+    (first,) = node_ids(instance["FAIL_TO_PASS"])
+    pytest_one = f"python -m pytest -rA -p no:cacheprovider {first}"
+    killed = {**instance, "test_cmd": f"{pytest_one}; kill -9 $$; :"}
+    with pytest.raises(EvaluationError, match="killed"):
+        evaluate(killed, str(instance["patch"]), _box(instance, tmp_path, "a"), timeout=120)
+    # Only a test process killed (the OOM killer's pick), the shell living on to exit 137: a
+    # verdict on the patch, the tests it did not report missing.
+    oom = {
+        **instance,
+        "test_cmd": f"{pytest_one}; python -c 'import os; os.kill(os.getpid(), 9)'; exit $?; :",
+    }
+    v = evaluate(oom, str(instance["patch"]), _box(instance, tmp_path, "c"), timeout=120)
+    assert (v.resolved, v.verdict) == (0, "unresolved") and v.tests[first] == "PASSED", v.tests
+    assert "MISSING" in v.tests.values()
+    # Killed after every test reported: the verdict stands.
+    after = {
+        **instance,
+        "test_cmd": "bash -c 'python -m pytest -rA -p no:cacheprovider \"$@\"; kill -9 $$' -",
+    }
+    v = evaluate(after, str(instance["patch"]), _box(instance, tmp_path, "b"), timeout=120)
+    assert (v.resolved, v.verdict) == (1, "resolved")

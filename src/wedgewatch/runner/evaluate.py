@@ -14,6 +14,13 @@ Verdicts (``evaluations.detail_json.verdict``) and who they blame:
   no tests listed, or no test reported either with the patch or at the base commit: the
   environment cannot run this repository's tests) raises ``EvaluationError``: the runner records resolved NULL, not a failure,
   and tries again, up to ``run.attempts`` evaluations.
+- the test command's own shell SIGKILLed before every test reported, with no timeout of ours:
+  its process group killed from outside (an operator, a host's cleanup) -> ``EvaluationError``
+  too. Scored, it was every test ``MISSING``, an unresolved instance the patch never caused
+  (``bench chaos`` found it: a sandbox killed during an evaluation turned a resolved instance
+  unresolved). Only the shell's own death counts: a test process the kernel's OOM killer picked
+  (a container's ``--memory``, a host out of memory) leaves the shell to exit 137, and a patch
+  whose tests outgrow the sandbox stays scored, unresolved, as before.
 
 Tests are run with pytest (``-rA`` prints one ``PASSED``/``FAILED`` line per node id); an
 instance may carry its own ``test_cmd`` (the node ids are appended). Real SWE-bench repositories
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import signal
 import time
 from typing import Any
 
@@ -40,6 +48,9 @@ log = logging.getLogger(__name__)
 
 _OK = frozenset({"PASSED", "XFAIL"})
 _COMMAND_MISSING = frozenset({126, 127})
+_KILLED = -signal.SIGKILL
+"""The command's shell itself SIGKILLed (the sandbox reports a signal negated); a shell that saw
+its child killed exits 128 + 9 instead."""
 
 
 def _apply(sandbox: Sandbox, patch: str, timeout: float) -> bool:
@@ -95,6 +106,8 @@ def evaluate(instance: dict[str, Any], patch: str, sandbox: Sandbox, timeout: fl
         # Not one test reported, and not one at the base commit either: this environment cannot
         # run the instance's tests (a real SWE-bench repository without its dependencies).
         raise EvaluationError(f"the tests do not run here, not even at the base commit: {tail[-300:]}")
+    if res.exit_code == _KILLED and not set(wanted) <= found.keys():
+        raise EvaluationError(f"the tests were killed (exit {res.exit_code}) before they reported every one")
     tests = {t: found.get(t, "MISSING") for t in wanted}
     resolved = int(all(s in _OK for s in tests.values()))
     return Verdict(

@@ -1,10 +1,13 @@
 """``wedgewatch run`` as the chaos bench drives it: a process group of its own (so a SIGKILL takes
 it whole, as an operator's ``kill -9`` or an OOM kill of the session would), started again with
-``run --resume`` after every death, its memory and open files read from ``/proc``.
+``run --resume`` after every death, its memory and open files read from ``/proc``. The run is sent
+SIGTERM (and stops its servers) when the bench itself dies: in a session of its own it would
+otherwise run on, an engine and all, after a bench killed from outside.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -38,6 +41,14 @@ class Death:
     tail: str
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the thread that started it ends (the bench's loop)."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 class RunProcess:
     """One run, through every ``wedgewatch run`` process it takes."""
 
@@ -59,7 +70,13 @@ class RunProcess:
         err = (self.root / f"runner-{self.starts}.err").open("wb")
         with out, err:
             self.proc = subprocess.Popen(
-                args, stdout=out, stderr=err, env=self.env, start_new_session=True, cwd=self.root
+                args,
+                stdout=out,
+                stderr=err,
+                env=self.env,
+                start_new_session=True,
+                cwd=self.root,
+                preexec_fn=_die_with_parent,
             )
 
     @property
