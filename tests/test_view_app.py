@@ -87,7 +87,7 @@ async def test_the_run_page_shows_lanes_marks_legs_and_the_header(view: tuple[st
     base, writer = view
     status, page, _ = await _get(base + "/run/r")
     assert status == 200
-    assert re.search(r'class="life end-wedge"[^>]*data-life="life-old"', page)
+    assert re.search(r'class="life end-wedge went-wrong"[^>]*data-life="life-old"', page)
     assert re.search(r'class="life alive"[^>]*data-life="life-new"', page)
     for kind, cls in (
         ("wedge", "m-wedge"),

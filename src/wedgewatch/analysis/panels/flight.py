@@ -72,14 +72,14 @@ def pending(ledger: Ledger, scope: Scope, now: float) -> Pending:
     """The scope's requests in flight and just ended, and their lives' verdicts."""
     mine, params = scope.requests_sql("s")
     starts = ledger.query(
-        "SELECT s.request_id, s.attempt_id, s.life_id, s.started_at FROM request_starts s "
+        "SELECT s.request_id, s.attempt_id, s.life_id, s.started_at, s.client_stream FROM request_starts s "
         f"WHERE {mine} AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.request_id = s.request_id)",
         params,
     )
     mine, params = scope.requests_sql("q")
     ends = ledger.query(
         "SELECT q.request_id, q.attempt_id, q.life_id, q.started_at, q.duration, q.outcome, q.ttft, "
-        f"q.tokens_out, q.detail_json FROM requests q WHERE {mine} AND q.started_at >= ? "
+        f"q.tokens_out, q.client_stream, q.detail_json FROM requests q WHERE {mine} AND q.started_at >= ? "
         "AND q.started_at + q.duration >= ?",
         (*params, now - HORIZON, now - LINGER),
     )
@@ -158,6 +158,16 @@ def _attempts(ledger: Ledger, ids: set[str]) -> dict[str, tuple[str, int]]:
     return {str(r[0]): (str(r[1]), int(r[2])) for r in found}
 
 
+def seconds(x: float | None) -> str:
+    """A request's time as the table shows it: ``-`` when it is not known (never a made-up 0),
+    milliseconds below a second, tenths below ten seconds, then as ``duration``."""
+    if x is None:
+        return "-"
+    if x < 1.0:
+        return f"{max(0.0, x) * 1000:.0f} ms"
+    return f"{x:.1f} s" if x < 10.0 else duration(x)
+
+
 def _row(
     head: str,
     chain: list[str],
@@ -173,14 +183,19 @@ def _row(
     first = legs.get(chain[0], last)
     live = not last["ended"]
     p = progress.get(chain[-1]) or {}
-    tokens = sum(int(legs[c].get("tokens_out") or 0) for c in chain if c in legs and legs[c]["ended"])
-    tokens += int(p.get("tokens_out") or 0) if live else 0
-    ttft = p.get("ttft") if live else last.get("ttft")
-    since = p.get("seconds_since_last_token") if live else None
+    # A leg's stream: the row's, else the proxy's status says. Without a stream (one whole answer)
+    # no token times exist: TTFT, tokens so far, the rate and the gap are unknown, shown "-".
+    stream_flag = last.get("client_stream")
+    streamed = bool(p.get("client_stream", True) if stream_flag is None else stream_flag)
+    leg_tokens = [_leg_tokens(legs.get(c), progress.get(c)) for c in chain]
+    known = [t for t in leg_tokens if t is not None]
     started = float(first["started_at"])
-    age = (now if live else started + float(last.get("duration") or 0.0)) - started
+    ended_at = float(last["started_at"]) + float(last.get("duration") or 0.0)
+    age = (now if live else ended_at) - started
+    ttft = _client_ttft(chain, legs, progress, started)
+    since = p.get("seconds_since_last_token") if live and streamed and p.get("ttft") is not None else None
     leg_start = float(last["started_at"])
-    fraction = _fraction(now - leg_start, ttft, since, wd) if live else 0.0
+    fraction = _fraction(now - leg_start, p.get("ttft"), since, wd, streamed) if live else 0.0
     if live:
         ending = p.get("stall") or str(last.get("life_id")) in doomed
         state = RED if ending else AMBER if fraction >= 0.5 else LIVE
@@ -188,6 +203,7 @@ def _row(
         state = DONE if last["outcome"] == OK else RED if is_infra_outcome(str(last["outcome"])) else ENDED
     tag = str(last.get("attempt_id") or "")
     instance = attempts.get(tag)
+    lives = len({str(legs[c].get("life_id")) for c in chain if c in legs})
     return {
         "id": head,
         "short": head[-8:],
@@ -196,28 +212,75 @@ def _row(
         "attempt_no": instance[1] if instance else None,
         "life": last.get("life_id"),
         "life_short": str(last.get("life_id") or "-")[-8:],
-        "age": duration(age),
-        "ttft": "-" if ttft is None else f"{float(ttft):.1f} s",
-        "tokens": tokens if (live and p) or not live else "-",
-        "rate": "-" if chain[-1] not in rates else f"{rates[chain[-1]]:.1f}",
-        "since": "-" if since is None else f"{float(since):.1f} s",
+        "age": seconds(age),
+        "ttft": seconds(ttft),
+        "tokens": sum(known) if known else "-",
+        "rate": "-" if chain[-1] not in rates or not streamed else f"{rates[chain[-1]]:.1f}",
+        "since": seconds(since),
         "state": state,
         "went_on": len(chain) > 1,  # resumed on a next life
+        "resumed_note": _resumed_note(len(chain), lives, live, None if live else str(last["outcome"])),
         "ended": not live,
         "outcome": None if live else last["outcome"],
         "stall": p.get("stall"),
-        "legs": [_leg(c, legs.get(c), progress.get(c), doomed) for c in chain],
+        "legs": [
+            _leg(c, legs.get(c), progress.get(c), doomed, t) for c, t in zip(chain, leg_tokens, strict=True)
+        ],
         # Live rows: the nearest deadline's share used; then the age, so the slowest lead.
-        "slowness": fraction * 1e6 + age if live else -(started + age),
-        "ended_at": started + age,
+        "slowness": fraction * 1e6 + age if live else -ended_at,
+        "ended_at": ended_at if not live else now,
     }
 
 
-def _fraction(elapsed: float, ttft: Any, since: Any, wd: Mapping[str, Any]) -> float:
-    """The share of its nearest deadline a live leg has used (0 in record-only mode, which ends none)."""
+def _leg_tokens(leg: Mapping[str, Any] | None, p: Mapping[str, Any] | None) -> int | None:
+    """The tokens one leg sent the client: its row's once it ended; the proxy's count while it
+    streams; unknown (None) for a whole answer not yet come, or without the proxy's status."""
+    if leg is None:
+        return None
+    if leg["ended"]:
+        return None if leg.get("tokens_out") is None else int(leg["tokens_out"])
+    if not p or not p.get("client_stream", True):
+        return None
+    return int(p.get("tokens_out") or 0)
+
+
+def _client_ttft(
+    chain: list[str],
+    legs: Mapping[str, Mapping[str, Any]],
+    progress: Mapping[str, Mapping[str, Any]],
+    t0: float,
+) -> float | None:
+    """The client's time to its first token: from the first leg's start to the first token of
+    whichever leg gave one (a leg resumed before its first token leaves it to the next). None
+    when no leg streamed a token (a whole answer has none, docs/proxy.md)."""
+    for c in chain:
+        leg = legs.get(c)
+        if leg is None:
+            continue
+        ttft = leg.get("ttft") if leg["ended"] else (progress.get(c) or {}).get("ttft")
+        if ttft is not None:
+            return float(leg["started_at"]) + float(ttft) - t0
+    return None
+
+
+def _resumed_note(legs: int, lives: int, live: bool, outcome: str | None) -> str:
+    """What a resumed row means for its client, in words: one answer, whatever the legs."""
+    over = f"{legs} legs on {lives} {'life' if lives == 1 else 'lives'}"
+    if live:
+        return f"resumed: one answer in progress, {over}"
+    if outcome == OK:
+        return f"resumed: the client got one answer, {over}"
+    return f"resumed, {over}, then {outcome}"
+
+
+def _fraction(elapsed: float, ttft: Any, since: Any, wd: Mapping[str, Any], streamed: bool = True) -> float:
+    """The share of its nearest deadline a live leg has used (0 in record-only mode, which ends none).
+    A whole answer (no stream) has only ``total_timeout`` (docs/proxy.md, "Non-streaming answers")."""
     if wd.get("record_only") or not wd.get("enabled", True):
         return 0.0
     parts = [elapsed / float(wd[TOTAL_TIMEOUT])]
+    if not streamed:
+        return parts[0]
     if ttft is None:
         parts.append(elapsed / float(wd["ttft_timeout"]))
     elif since is not None:
@@ -226,17 +289,26 @@ def _fraction(elapsed: float, ttft: Any, since: Any, wd: Mapping[str, Any]) -> f
 
 
 def _leg(
-    rid: str, leg: Mapping[str, Any] | None, p: Mapping[str, Any] | None, doomed: set[str]
+    rid: str, leg: Mapping[str, Any] | None, p: Mapping[str, Any] | None, doomed: set[str], tokens: int | None
 ) -> dict[str, Any]:
+    """One leg as the row shows it: the life it was on, the tokens it sent, how it ended."""
     if leg is None:
-        return {"id": rid, "short": rid[-8:], "label": "earlier leg", "cls": ENDED}
+        return {"id": rid, "short": rid[-8:], "life": None, "life_short": "?", "tokens": "-",
+                "label": "an earlier leg", "cls": ENDED}  # fmt: skip
+    base = {
+        "id": rid,
+        "short": rid[-8:],
+        "life": leg.get("life_id"),
+        "life_short": str(leg.get("life_id") or "-")[-8:],
+        "tokens": "-" if tokens is None else tokens,
+    }
     if not leg["ended"]:
         stall = (p or {}).get("stall")
         if stall or str(leg.get("life_id")) in doomed:
-            return {"id": rid, "short": rid[-8:], "label": stall or "its life ended", "cls": RED}
-        return {"id": rid, "short": rid[-8:], "label": "in flight", "cls": LIVE}
+            return {**base, "label": stall or "its life ended", "cls": RED}
+        return {**base, "label": "in flight", "cls": LIVE}
     outcome = str(leg["outcome"])
     if outcome == RESUMED:
-        return {"id": rid, "short": rid[-8:], "label": f"{leg.get('cause') or outcome}, resumed", "cls": RED}
+        return {**base, "label": f"{leg.get('cause') or outcome}, resumed", "cls": RED}
     cls = DONE if outcome == OK else RED if is_infra_outcome(outcome) else ENDED
-    return {"id": rid, "short": rid[-8:], "label": outcome, "cls": cls}
+    return {**base, "label": outcome, "cls": cls}
