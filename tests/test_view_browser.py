@@ -6,8 +6,10 @@ a real ``run`` whose score moves. Playwright's waiting assertions, no sleeps.
 - serve: the lane shows the wedge and the new life; the request in flight when the server wedged
   goes red (its life was judged wedged under it), then shows resumed, with its first leg red; the
   header's count of requests moves.
-- run: the page, opened before the run starts, shows the resolved count move from 0, and the
-  instances' rows fill in.
+- run: the demo's guarded arm (the story scenario) as one ``run``, the page opened before it
+  starts: the worn-out life wedges (drawn healthy up to its last progress, failing from there),
+  the next life starts for the wedge, the requests it ended show (red, or resumed), the resolved
+  count moves from 0, every instance's row fills in.
 
 The versions of both are in pytest's header (tests/conftest.py). Where no chromium is installed the
 tests are skipped, saying so; where Playwright cannot drive the installed one, they fail saying so.
@@ -31,7 +33,6 @@ import aiohttp
 import pytest
 
 from conftest import RunningServer, launch
-from wedgewatch.suites import load_bundled
 
 pytestmark = [pytest.mark.xdist_group("browser"), pytest.mark.long]
 
@@ -173,31 +174,34 @@ ledger = "{ledger}"
         view.stop()
 
 
-async def test_a_run_the_score_moves(tmp_path: Path, browser: Any) -> None:
+async def test_a_story_run_its_wedge_restart_casualties_and_score(tmp_path: Path, browser: Any) -> None:
+    """The demo's guarded arm (the story scenario: a life wears out near its 128th request and
+    wedges) as one ``run``, watched from before its start."""
     from playwright.async_api import expect
 
-    ids = [i["instance_id"] for i in load_bundled()[:3]]
-    (tmp_path / "scenario.toml").write_text("[policy]\nskill = 1.0\n")
     ledger = tmp_path / "l.sqlite"
     (tmp_path / "c.toml").write_text(
         f"""
 [server]
 profile = "sim"
-scenario = "{tmp_path / "scenario.toml"}"
+model = "sim-model"
+scenario = "story"
+arg_sets = ["hybrid-safe"]
 args = ["--policy", "swe"]
-scrape_interval = 0.2
+wedge_window = 60.0
+canary_timeout = 20.0
 log_dir = "{tmp_path / "logs"}"
-[server.warmup]
-count = 1
 [agent]
-step_limit = 8
+name = "bash"
+step_limit = 15
 [suite]
-ids = {json.dumps(ids)}
+slice = "0:20"
 [run]
-concurrency = 2
+concurrency = 4
 ledger = "{ledger}"
 workdir = "{tmp_path / "work"}"
-time_scale = 20.0
+time_scale = 200.0
+seed = 1
 """
     )
     py = [sys.executable, "-m", "wedgewatch"]
@@ -207,33 +211,46 @@ time_scale = 20.0
     )
     run: subprocess.Popen[str] | None = None
     try:
-        page, errors = await _page(browser, view.url + "/run/live")
+        page, errors = await _page(browser, view.url + "/run/story")
         await expect(page.locator("body")).to_contain_text("waiting for the ledger", timeout=WAIT)
         run = subprocess.Popen(
-            [*py, "run", str(tmp_path / "c.toml"), "--run-id", "live", "--json"],
+            [*py, "run", str(tmp_path / "c.toml"), "--run-id", "story", "--json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )  # fmt: skip
         resolved = page.locator("#h-resolved")
         await expect(resolved).to_have_text("0", timeout=WAIT)  # the page met the run at its start
-        assert await page.evaluate("() => window.location.pathname") == "/run/live"
+        assert await page.evaluate("() => window.location.pathname") == "/run/story"
         await page.evaluate(
             """() => { window.seen = [document.getElementById('h-resolved').textContent];
               new MutationObserver(() => { const e = document.getElementById('h-resolved');
                 if (e && window.seen[window.seen.length - 1] !== e.textContent) window.seen.push(e.textContent); })
               .observe(document.getElementById('live'), {subtree: true, childList: true, characterData: true}); }"""
         )
+        # The worn-out life wedged: drawn healthy, then failing from its last progress; the next
+        # life started for the wedge; the requests it ended are red, or went on (resumed).
+        wedged = page.locator(".life.end-wedge.went-wrong")
+        await expect(wedged).to_have_count(1, timeout=WAIT)
+        await expect(wedged.locator(".failing")).to_have_count(1, timeout=WAIT)
+        await expect(page.locator('.mark[data-kind="wedge"]')).to_have_count(1, timeout=WAIT)
+        await expect(page.locator(".life", has_text="wedge→")).to_have_count(1, timeout=WAIT)
+        casualties = page.locator("#flight tr.resumed, #flight tr.st-red")
+        await expect(casualties.first).to_be_visible(timeout=WAIT)
         await expect(page.locator("#header .state")).to_have_attribute("data-state", "finished", timeout=WAIT)
         await expect(resolved).not_to_have_text("0", timeout=WAIT)
         seen = await page.evaluate("() => window.seen")
         assert seen[0] == "0" and int(seen[-1]) > 0, seen  # it moved while the page looked
         assert [int(x) for x in seen] == sorted(int(x) for x in seen)
-        await expect(page.locator("#attempts tr[data-instance]")).to_have_count(len(ids), timeout=WAIT)
+        await expect(page.locator("#attempts tr[data-instance]")).to_have_count(20, timeout=WAIT)
         await expect(page.locator('#attempts tr[data-outcome="pending"]')).to_have_count(0, timeout=WAIT)
+        await expect(page.locator("#h-honest")).to_contain_text(
+            f"{await resolved.inner_text()}/", timeout=WAIT
+        )
         _, err = run.communicate(timeout=300)
         assert run.returncode == 0, err[-2000:]
-        assert f"watch it live: wedgewatch view {ledger} --run live" in err  # run says how to watch it
+        assert f"watch it live: wedgewatch view {ledger} --run story" in err  # run says how to watch it
         assert errors == []
-        if SHOTS:
+        if SHOTS:  # the picture for docs/view.md: once the ends that went well have left the table
+            await expect(page.locator("#flight tr.st-done:not(.resumed)")).to_have_count(0, timeout=WAIT)
             await page.screenshot(path=str(Path(SHOTS) / "view-run.png"), full_page=True)
     finally:
         if run is not None and run.poll() is None:

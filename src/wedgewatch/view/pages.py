@@ -11,6 +11,7 @@ from typing import Any
 
 from wedgewatch.analysis.panels import chains, flight, header, lanes
 from wedgewatch.analysis.panels.axis import duration
+from wedgewatch.analysis.panels.flight import seconds
 from wedgewatch.analysis.panels.render import domid, environment
 from wedgewatch.analysis.panels.scope import RUN, Scope, scopes
 from wedgewatch.base.vocab import ATTEMPT_STATUSES, OUTCOMES
@@ -141,7 +142,7 @@ def attempt_page(ledger: Ledger, attempt_id: str, title: str) -> str | None:
     )
     t0 = float(a["started_at"])
     reqs = [
-        {**dict(r), "at": duration(float(r["started_at"]) - t0), "took": f"{float(r['duration']):.1f} s"}
+        {**dict(r), "at": duration(float(r["started_at"]) - t0), "took": seconds(r["duration"])}
         for r in requests
     ]
     return str(
