@@ -16,6 +16,7 @@ import pytest
 
 from conftest import launch
 from wedgewatch.testing import eventually
+from wedgewatch.view.child import NICE
 
 PY = [sys.executable, "-m", "wedgewatch"]
 
@@ -33,6 +34,18 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         [*PY, "view", str(tmp_path / "empty.sqlite")], capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 2 and "not a wedgewatch ledger" in r.stderr
+
+
+def _pids() -> list[int]:
+    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _get(url: str) -> int:
@@ -65,6 +78,11 @@ def test_serve_prints_the_view_or_serves_it_until_it_stops(tmp_path: Path, with_
         url = line.removeprefix("view on ")
         assert url.startswith("http://127.0.0.1:")
         assert eventually(lambda: _get(url + "serve") == 200, timeout=60)
+        # Best effort beside the stack: the view's process runs at a lower priority than serve's.
+        (pid,) = [p for p in _pids() if str(ledger) in _cmdline(p) and "--until-stdin-closes" in _cmdline(p)]
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(
+            19, os.getpriority(os.PRIO_PROCESS, serve.proc.pid) + NICE
+        )
     finally:
         serve.proc.send_signal(signal.SIGINT)
         serve.proc.wait(timeout=60)

@@ -5,6 +5,7 @@ request's legs with their lives and tokens, its age and TTFT the client's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,58 @@ def test_unknown_times_are_a_dash_and_a_resumed_request_reads_plainly(ledger: Le
         ("bbbb2222", 28, "ok"),
     ]
     assert resumed["resumed_note"] == "resumed: the client got one answer, 2 legs on 2 lives"
+
+
+def test_a_live_pages_tracker_holds_what_the_ledger_would_say(ledger: Ledger) -> None:
+    """The tracker, fed only the rows new at each look, against ``pending`` asked afresh."""
+    from wedgewatch.view.tracker import Tracker
+
+    scope = Scope(SERVE, "", T)
+    _life(ledger, "life-a", T, None, None)
+
+    def start(rid: str, at: float) -> dict[str, Any]:
+        row = {"request_id": rid, "life_id": "life-a", "path": "/v1/chat/completions", "client_stream": 1,
+               "started_at": at}  # fmt: skip
+        ledger.append("request_starts", row)
+        return row
+
+    def end(rid: str, at: float, took: float, outcome: str, **detail: Any) -> dict[str, Any]:
+        _request(ledger, rid, "life-a", at, took, client_stream=1, tokens_out=3, outcome=outcome,
+                 detail_json=detail or None)  # fmt: skip
+        return {"request_id": rid, "life_id": "life-a"}
+
+    def ids(p: flight.Pending) -> tuple[set[str], set[str]]:
+        return {str(r["request_id"]) for r in p.starts}, {str(r["request_id"]) for r in p.ends}
+
+    old = [start(f"old{i:013d}", T + 1) for i in range(3)]
+    end("old0000000000000", T + 1, 2.0, "ok")
+    tracker = Tracker(ledger, scope)
+    assert ids(tracker.found({}, T + 4)) == ids(flight.pending(ledger, scope, T + 4))
+    # Each look's rows are written just before it (the ledger as a live page meets it).
+    steps: list[tuple[float, Callable[[], dict[str, list[Any]]]]] = [
+        # one ends well, one is resumed onto a new leg, a new one starts
+        (T + 6, lambda: {"requests": [end("old0000000000001", T + 1, 4.0, "ok"),
+                                      end("old0000000000002", T + 1, 4.5, "resumed", resumed_as="leg2000000000002",
+                                          cause="stall_midstream")],
+                         "request_starts": [start("leg2000000000002", T + 5.5), start("new0000000000001", T + 5.8)]}),
+        # the new leg ends well; a start comes a look after its own end
+        (T + 8, lambda: {"requests": [end("leg2000000000002", T + 5.5, 2.0, "ok"),
+                                      end("late000000000001", T + 7, 0.5, "ok")]}),
+        (T + 9, lambda: {"request_starts": [start("late000000000001", T + 7)]}),
+        # past LINGER_OK: the plain ok ends leave, the resumed chain stays whole
+        (T + 14, dict),
+        # past LINGER: the chain leaves too
+        (T + 70, dict),
+    ]  # fmt: skip
+    assert old
+    seen = []
+    for now, write in steps:
+        got, want = ids(tracker.found(write(), now)), ids(flight.pending(ledger, scope, now))
+        assert got == want, now - T
+        seen.append(got)
+    assert seen[0] == (
+        {"new0000000000001", "leg2000000000002"},
+        {"old0000000000000", "old0000000000001", "old0000000000002"},
+    )
+    assert seen[3] == ({"new0000000000001"}, {"old0000000000002", "leg2000000000002"})
+    assert seen[4] == ({"new0000000000001"}, set())

@@ -182,11 +182,16 @@ def throughput(opts: BenchOptions, work: Path) -> dict[str, Any]:
                     base = urls.get(target) or running[target].url
                     pgid = groups.get(target)
                     cpu0 = group_cpu_seconds(pgid) if pgid else 0.0
+                    view_cpu0 = 0.0
                     if attached is not None and target == view_bench.ATTACHED:
+                        view_cpu0 = group_cpu_seconds(attached.server.pid)
                         attached.read("/serve", opts.warmup + opts.duration)
                     res = _loadgen(base, c, opts, load_cpus)
                     if attached is not None and target == view_bench.ATTACHED:
                         res["page"] = attached.result()
+                        # The view's own CPU (on the load's CPUs), over the page's window.
+                        window = opts.warmup + opts.duration
+                        res["view_cpu_per_s"] = (group_cpu_seconds(attached.server.pid) - view_cpu0) / window
                     if pgid:
                         res["cpu"] = group_cpu_seconds(pgid) - cpu0
                         res["rss_mib"] = group_rss_mib(pgid)

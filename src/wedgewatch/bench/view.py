@@ -72,6 +72,8 @@ def versus(proxy: list[dict[str, Any]], attached: list[dict[str, Any]]) -> dict[
         }
     pages = [r["page"] for r in attached if "page" in r]
     out["page_bytes_per_s"] = max((p["bytes_per_s"] for p in pages), default=None)
+    cpu = [r["view_cpu_per_s"] for r in attached if "view_cpu_per_s" in r]
+    out["view_cpu_per_s"] = statistics.median(cpu) if cpu else None
     return out
 
 
@@ -93,6 +95,8 @@ def attached_table(rows: list[dict[str, Any]]) -> list[str]:
                 )
         page = v.get("page_bytes_per_s")
         cells.append("page " + ("-" if page is None else f"{page / 1e3:.1f} kB/s"))
+        cpu = v.get("view_cpu_per_s")
+        cells.append("view CPU " + ("-" if cpu is None else f"{cpu * 100:.0f}% of a core"))
         lines.append(f"  {r['streams']:>4} streams: " + "; ".join(cells))
     return lines
 

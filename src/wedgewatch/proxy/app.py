@@ -234,7 +234,9 @@ class Proxy:
         )
 
     async def _status(self, request: web.Request) -> web.Response:
-        return web.Response(text=json.dumps(self.status(), indent=1), content_type="application/json")
+        # Compact: the view asks once a second, and the indented form takes the pure-Python
+        # encoder (five times the C one's time for 256 rows, on the proxy's event loop).
+        return web.Response(text=json.dumps(self.status()), content_type="application/json")
 
     def status(self) -> dict[str, Any]:
         """What ``/wedgewatch/status`` shows: each in-flight request and how long since its last token."""

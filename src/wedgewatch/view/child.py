@@ -21,6 +21,14 @@ STARTUP = 60.0
 """Seconds the command waits for the view's first line (its address)."""
 
 
+def _lower() -> None:
+    """In the child before it runs: NICE below the command (a no-op where that fails)."""
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
+
+
 class ViewChild:
     """``ViewChild(ledger, run_id).start()`` returns the view's URL; ``stop()`` ends it."""
 
@@ -50,6 +58,7 @@ class ViewChild:
             text=True,
             env=env,
             start_new_session=True,
+            preexec_fn=_lower,
         )
         line: list[str] = []
         reader = threading.Thread(

@@ -24,6 +24,7 @@ from wedgewatch.ledger.store import Ledger
 from wedgewatch.view import pages
 from wedgewatch.view.cursor import Cursor, Follower, touched
 from wedgewatch.view.progress import Progress, proxies
+from wedgewatch.view.tracker import Tracker
 
 EVERY = 1.0
 """Seconds between two batches."""
@@ -31,6 +32,8 @@ STRIP_EVERY = 5.0
 """Seconds between two redraws of a live scope's lanes (their engine strips) with nothing new."""
 HEADER_EVERY = 5.0
 """Seconds between two redraws of a live header with nothing new (its elapsed time)."""
+REQUESTS_HEADER_EVERY = 2.0
+"""Seconds between two redraws of the header when only requests came."""
 
 _LANE_TABLES = {"server_lives", "server_life_ready", "server_life_ends", "events"}
 _ATTEMPT_TABLES = {"attempts", "attempt_ends", "evaluations", "run_marks"}
@@ -51,6 +54,7 @@ class Live:
     _flight_rows: int = -1
     _live: bool = True
     _last: dict[str, float] = field(default_factory=dict)
+    _tracker: Tracker | None = None
 
     async def step(self) -> str:
         """The fragments of this second's batch ("" when nothing changed)."""
@@ -59,6 +63,9 @@ class Live:
         if self.scope is None:
             return await self._index(bool(rows))
         return await self._scope(self.scope, rows)
+
+    def _since(self, what: str) -> float:
+        return time.monotonic() - self._last.get(what, 0.0)
 
     def _due(self, what: str, every: float, changed: bool) -> bool:
         now = time.monotonic()
@@ -76,7 +83,10 @@ class Live:
     async def _scope(self, scope: Scope, rows: dict[str, list]) -> str:  # type: ignore[type-arg]
         tables = set(rows)
         parts: list[str] = []
-        if self._due("header", HEADER_EVERY, bool(tables)):
+        # Requests alone (a busy proxy's every second) redraw the header at most every
+        # REQUESTS_HEADER_EVERY seconds: its counts are a scan of the scope's requests.
+        by_requests = bool(tables & _REQUEST_TABLES) and self._since("header") >= REQUESTS_HEADER_EVERY
+        if self._due("header", HEADER_EVERY, bool(tables - _REQUEST_TABLES) or by_requests):
             html, live = await asyncio.to_thread(self._header, scope)
             self._live = live
             parts.append(html)
@@ -87,7 +97,11 @@ class Live:
         if self._flight_rows != 0 or tables & _REQUEST_TABLES:
             snap = await self.progress.snapshot(self._urls)
             if self._flight_rows != 0 or snap.rows or tables & _REQUEST_TABLES:
-                html, n = await asyncio.to_thread(pages.flight_html, self.ledger, scope, snap)
+                if self._tracker is None:
+                    self._tracker = Tracker(self.ledger, scope)
+                html, n = await asyncio.to_thread(
+                    pages.flight_html, self.ledger, scope, snap, self._tracker, rows
+                )
                 if n or self._flight_rows != 0:
                     parts.append(html)
                 self._flight_rows = n

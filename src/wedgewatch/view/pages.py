@@ -6,7 +6,7 @@ slow query never holds the view's event loop."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from wedgewatch.analysis.panels import chains, flight, header, lanes
@@ -17,6 +17,7 @@ from wedgewatch.analysis.panels.scope import RUN, Scope, scopes
 from wedgewatch.base.vocab import ATTEMPT_STATUSES, OUTCOMES
 from wedgewatch.ledger.store import Ledger
 from wedgewatch.view.progress import Snapshot
+from wedgewatch.view.tracker import Tracker
 
 
 def _panels() -> Any:
@@ -31,8 +32,10 @@ def lanes_ctx(ledger: Ledger, scope: Scope, now: float, live: bool) -> dict[str,
     return lanes.lanes(ledger, scope, now, live)
 
 
-def flight_ctx(ledger: Ledger, scope: Scope, snap: Snapshot, now: float) -> dict[str, Any]:
-    found = flight.pending(ledger, scope, now)
+def flight_ctx(
+    ledger: Ledger, scope: Scope, snap: Snapshot, now: float, found: flight.Pending | None = None
+) -> dict[str, Any]:
+    found = found if found is not None else flight.pending(ledger, scope, now)
     wd = snap.watchdog or flight.watchdog_of(ledger, scope)
     rows = flight.rows(ledger, found, snap.rows, wd, now, snap.rates)
     live = sum(1 for r in rows if not r["ended"])
@@ -107,9 +110,18 @@ def lanes_html(ledger: Ledger, scope: Scope, live: bool) -> str:
     return str(_panels().lanes(lanes_ctx(ledger, scope, time.time(), live), oob=True))
 
 
-def flight_html(ledger: Ledger, scope: Scope, snap: Snapshot) -> tuple[str, int]:
-    """The table, and how many rows it has (none: the feed stops sending it)."""
-    F = flight_ctx(ledger, scope, snap, time.time())
+def flight_html(
+    ledger: Ledger,
+    scope: Scope,
+    snap: Snapshot,
+    tracker: Tracker | None = None,
+    rows: Mapping[str, Any] | None = None,
+) -> tuple[str, int]:
+    """The table, and how many rows it has (none: the feed stops sending it). With a live page's
+    ``tracker``, fed the rows new since its last look, rather than the ledger asked again."""
+    now = time.time()
+    found = tracker.found(rows or {}, now) if tracker is not None else None
+    F = flight_ctx(ledger, scope, snap, now, found)
     return str(_panels().flight(F, oob=True)), len(F["rows"])
 
 

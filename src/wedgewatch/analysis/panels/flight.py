@@ -50,7 +50,7 @@ def watchdog_of(ledger: Ledger, scope: Scope) -> dict[str, Any]:
     return dict(WatchdogConfig().model_dump())
 
 
-def _detail(raw: Any) -> dict[str, Any]:
+def detail(raw: Any) -> dict[str, Any]:
     try:
         value = json.loads(raw) if raw else {}
     except ValueError:
@@ -68,36 +68,75 @@ class Pending:
     doomed: set[str]
 
 
+START_COLS = "s.request_id, s.attempt_id, s.life_id, s.started_at, s.client_stream"
+END_COLS = (
+    "q.request_id, q.attempt_id, q.life_id, q.started_at, q.duration, q.outcome, q.ttft, q.tokens_out, "
+    "q.client_stream, q.detail_json"
+)
+
+
 def pending(ledger: Ledger, scope: Scope, now: float) -> Pending:
-    """The scope's requests in flight and just ended, and their lives' verdicts."""
+    """The scope's requests in flight and just ended, and their lives' verdicts: every start
+    without an end; the ends of the last ``LINGER`` seconds that went badly or were resumed, the
+    latest ``ENDED_AT_MOST`` of the last ``LINGER_OK`` seconds that went well (no more are shown),
+    and the legs that continue a resumed one. A live page keeps this up to date from the rows
+    that come (``view/tracker.py``) rather than asking for it again every second."""
     mine, params = scope.requests_sql("s")
     starts = ledger.query(
-        "SELECT s.request_id, s.attempt_id, s.life_id, s.started_at, s.client_stream FROM request_starts s "
+        f"SELECT {START_COLS} FROM request_starts s "
         f"WHERE {mine} AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.request_id = s.request_id)",
         params,
     )
     mine, params = scope.requests_sql("q")
-    ends = ledger.query(
-        "SELECT q.request_id, q.attempt_id, q.life_id, q.started_at, q.duration, q.outcome, q.ttft, "
-        f"q.tokens_out, q.client_stream, q.detail_json FROM requests q WHERE {mine} AND q.started_at >= ? "
-        "AND q.started_at + q.duration >= ?",
-        (*params, now - HORIZON, now - LINGER),
+    window = f"FROM requests q WHERE {mine} AND q.started_at >= ? AND q.started_at + q.duration >= ?"
+    bad = ledger.query(
+        f"SELECT {END_COLS} {window} AND q.outcome != ?", (*params, now - HORIZON, now - LINGER, OK)
     )
-    # A life ended, or judged wedged or crashed, under a request still on it: the request is
-    # being ended (or held for a resume), though its own row has not come yet.
+    good = ledger.query(
+        f"SELECT {END_COLS} {window} AND q.outcome = ? ORDER BY q.started_at + q.duration DESC LIMIT ?",
+        (*params, now - HORIZON, now - LINGER_OK, OK, ENDED_AT_MOST),
+    )
+    ends = [*bad, *good]
+    ends += continuations(ledger, ends)
+    return Pending(list(starts), ends, doomed_lives(ledger, starts))
+
+
+def continuations(ledger: Ledger, ends: list[Any]) -> list[Any]:
+    """The legs that resumed ones among ``ends`` went on to, ended and not among them already (a
+    chain's last leg may have ended well long enough ago to be left out by itself)."""
+    have = {str(r["request_id"]) for r in ends}
+    out: list[Any] = []
+    todo = {
+        str(d["resumed_as"]) for d in (detail(r["detail_json"]) for r in ends) if d.get("resumed_as")
+    } - have
+    while todo:  # a chain of several legs: follow it, a step at a time
+        marks = ", ".join("?" * len(todo))
+        found = ledger.query(
+            f"SELECT {END_COLS} FROM requests q WHERE q.request_id IN ({marks})", tuple(sorted(todo))
+        )
+        out += found
+        have |= todo
+        todo = {
+            str(d["resumed_as"]) for d in (detail(r["detail_json"]) for r in found) if d.get("resumed_as")
+        } - have
+    return out
+
+
+def doomed_lives(ledger: Ledger, starts: list[Any]) -> set[str]:
+    """The lives of requests still in flight that ended, or were judged wedged or crashed: such a
+    request is being ended (or held for a resume), though its own row has not come yet."""
     lives = sorted({str(r["life_id"]) for r in starts if r["life_id"]})
-    doomed: set[str] = set()
-    if lives:
-        marks = ", ".join("?" * len(lives))
-        doomed = {
-            str(r[0])
-            for r in ledger.query(
-                f"SELECT life_id FROM server_life_ends WHERE life_id IN ({marks}) UNION "
-                f"SELECT life_id FROM events WHERE life_id IN ({marks}) AND kind IN ({sql_list(LIFE_FAILURES)})",
-                (*lives, *lives),
-            )
-        }
-    return Pending(list(starts), list(ends), doomed)
+    if not lives:
+        return set()
+    marks = ", ".join("?" * len(lives))
+    return {
+        str(r[0])
+        for r in ledger.query(
+            f"SELECT life_id FROM server_life_ends WHERE life_id IN ({marks}) UNION "
+            f"SELECT life_id FROM events WHERE life_id IN ({marks}) AND kind IN ({sql_list(LIFE_FAILURES)})",
+            (*lives, *lives),
+        )
+    }
 
 
 def rows(
@@ -113,7 +152,7 @@ def rows(
     legs: dict[str, dict[str, Any]] = {}
     prev_of: dict[str, str] = {}
     for r in ends:
-        d = _detail(r["detail_json"])
+        d = detail(r["detail_json"])
         legs[str(r["request_id"])] = {**dict(r), "ended": True, "cause": d.get("cause")}
         if r["outcome"] == RESUMED and d.get("resumed_as"):
             prev_of[str(d["resumed_as"])] = str(r["request_id"])
