@@ -100,9 +100,10 @@ async def test_vllm_45526_an_engine_hung_in_a_prefill_is_a_wedge_before_any_toke
 
 async def test_vllm_48966_an_engine_death_with_exit_status_0_is_a_crash(tmp_path: Path) -> None:
     t = await one_trial("vLLM #48966", tmp_path)
-    # The server's own error event reached the client after HTTP 200: an infrastructure outcome.
-    assert (t.status, t.client_code) == (200, "500")
-    assert vocab.is_infra_outcome(t.outcome)
+    # The engine's error event is held, not passed on: its /health refused, the request goes on,
+    # on the next life, and the client reads the whole answer (proxy/resume/blame.py).
+    assert (t.status, t.client_code, t.finish) == (200, "", "length"), t
+    assert t.legs == [vocab.RESUMED, vocab.OK] and t.cause == vocab.STREAM_ERROR_EVENT, t
     assert Crashed.kind in t.events and Restarting.kind in t.events
     assert Wedged.kind not in t.events
     assert t.exit_code == 0  # a clean exit is still the server's death

@@ -186,7 +186,8 @@ def _error_code(api: str, status: int, body: bytes) -> str:
     if status != 200:
         err = json.loads(body)["error"]
         return str(err["code"])
-    last = [ln for ln in body.split(b"\n") if ln.startswith(b"data: ")][-1]
+    # The server's error event goes on as it came, with its [DONE] after it.
+    last = [ln for ln in body.split(b"\n") if ln.startswith(b"data: ") and ln != b"data: [DONE]"][-1]
     obj = json.loads(last[len(b"data: ") :])
     err = obj.get("error") if isinstance(obj.get("error"), dict) else obj
     return str(err.get("code") or err.get("type"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -183,3 +184,70 @@ def test_disconnect_mid_stream_aborts_quietly_and_completions_meet_faults(start_
     info = stats(s.url)
     assert info["age_requests"] == 41 and info["by_path"] == {"/v1/chat/completions": 1, "/v1/completions": 1}
     assert "Traceback" not in s.log()
+
+
+def _collect(url: str, path: str, body: dict[str, object], out: dict[str, object]) -> None:
+    """POST ``body`` and keep the status, the bytes read and how the body ended ('eof', or the
+    exception httpx raised on a cut)."""
+    try:
+        with httpx.stream("POST", url + path, json=body, timeout=30) as resp:
+            out["status"] = resp.status_code
+            data = b""
+            for piece in resp.iter_raw():
+                data += piece
+                out["data"] = data
+            out["end"] = "eof"
+    except httpx.HTTPError as exc:
+        out["end"] = type(exc).__name__
+
+
+def test_an_engine_death_fails_every_request_as_vllm_then_the_process_exits(  # type: ignore[no-untyped-def]
+    start_sim, tmp_path
+) -> None:
+    """vLLM's EngineDeadError (sim/death.py): every stream in flight gets the engine's error (chat:
+    the error object and [DONE]; Messages: an error event; Responses: its connection cut), a
+    request without a stream HTTP 500; /health says 503 and new requests 500 until the process
+    exits with its code."""
+    path = _scenario(
+        tmp_path,
+        '[server]\ntokens_per_s = 20\n\n[[fault]]\nwhen.contains = "ENGINE-DIES"\n'
+        'action = "engine_death"\nafter_tokens = 3\nexit_code = 3\nexit_delay = 6.0\n',
+    )
+    s = start_sim("--scenario", path)
+    long = {"model": "sim-model", "max_tokens": 400, "stream": True}
+    user = [{"role": "user", "content": "write a long story"}]
+    bodies = {
+        "chat": ("/v1/chat/completions", {**long, "messages": user}),
+        "once": ("/v1/chat/completions", {**long, "messages": user, "stream": False}),
+        "messages": ("/v1/messages", {**long, "messages": user}),
+        "responses": ("/v1/responses", {"model": "sim-model", "input": "write a long story", "stream": True}),
+    }
+    got: dict[str, dict[str, object]] = {k: {} for k in bodies}
+    threads = [
+        threading.Thread(target=_collect, args=(s.url, p, b, got[k]), daemon=True)
+        for k, (p, b) in bodies.items()
+    ]
+    for t in threads:
+        t.start()
+    eventually(lambda: stats(s.url)["in_flight"] == len(bodies), what="every request in flight")
+    struck = Stream(s.url, chat_body("ENGINE-DIES now", max_tokens=50))
+    assert struck.read(until=30) == "done"
+    chunks = [e.json() for e in struck.events if e.data and not e.is_done]
+    errors = [c["error"] for c in chunks if "error" in c]
+    assert [e["code"] for e in errors] == [500] and "error" in chunks[-1], chunks
+    assert sum(1 for c in chunks[:-1] if c["choices"][0]["delta"].get("content")) == 3
+    for t in threads:
+        t.join(timeout=30)
+    once = json.loads(bytes(got["once"]["data"]))  # type: ignore[arg-type]
+    assert got["once"]["status"] == 500 and once["error"]["code"] == 500, got["once"]
+    chat = bytes(got["chat"]["data"])  # type: ignore[arg-type]
+    assert got["chat"]["end"] == "eof" and chat.endswith(b"data: [DONE]\n\n") and b'"code":500' in chat
+    messages = bytes(got["messages"]["data"])  # type: ignore[arg-type]
+    assert got["messages"]["end"] == "eof" and b"event: error" in messages
+    assert got["responses"]["status"] == 200 and got["responses"]["end"] != "eof", got["responses"]
+    # Dead, not gone yet: /health 503, a new request 500; then the exit.
+    assert httpx.get(s.url + "/health", timeout=5).status_code == 503
+    again = httpx.post(s.url + "/v1/chat/completions", json=chat_body("hello", stream=False), timeout=5)
+    assert again.status_code == 500 and again.json()["error"]["code"] == 500
+    assert s.proc.wait(timeout=60) == 3
+    struck.close()

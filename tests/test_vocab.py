@@ -78,6 +78,7 @@ HOMONYMS: dict[tuple[str, str], tuple[int, str]] = {
     ("sim/generation.py", "wedge"): (3, _SIM),
     ("sim/parse.py", "stop"): (2, "the OpenAI request's field `stop`"),
     ("sim/scenario.py", "crash"): (1, _SIM),
+    ("sim/scenario.py", "engine_death"): (1, _SIM),
     ("sim/scenario.py", "stall_ttft"): (1, _SIM),
     ("sim/scenario.py", "trickle"): (1, _SIM),
     ("sim/scenario.py", "wedge"): (1, _SIM),

@@ -37,12 +37,16 @@ HARNESS = Path(__file__).with_name("agents_harness.py")
 TASKS = 16
 
 
-def _config(tmp_path: Path, nth: int) -> Path:
-    # The nth generation request of a server process wedges it a few tokens in: the readiness
-    # canary is the first (no warm-up), so on the first life it is one of the harness's, mid-run,
-    # with the other tasks' requests in flight; the marker keeps the next life from wedging.
+def _config(tmp_path: Path, nth: int, action: str = "wedge") -> Path:
+    # The nth generation request of a server process wedges it a few tokens in (or kills its
+    # engine: every request in flight gets the engine's error, new ones 500, and the process exits
+    # two seconds later): the readiness canary is the first (no warm-up), so on the first life it
+    # is one of the harness's, mid-run, with the other tasks' requests in flight; the marker keeps
+    # the next life from wedging.
+    death = "exit_code = 0\nexit_delay = 40.0\n" if action == "engine_death" else ""
     (tmp_path / "wedge.toml").write_text(
-        f'[[fault]]\nwhen.nth = {nth}\naction = "wedge"\nafter_tokens = 3\nmarker = "{tmp_path / "struck"}"\n'
+        f'[[fault]]\nwhen.nth = {nth}\naction = "{action}"\nafter_tokens = 3\n{death}'
+        f'marker = "{tmp_path / "struck"}"\n'
     )
     cfg = tmp_path / "run.toml"
     cfg.write_text(
@@ -72,14 +76,15 @@ def _wedgewatch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess
     )
 
 
-def _one_wedge_nothing_failed(ledger: Path) -> list[dict[str, Any]]:
-    """The run's requests, once the ledger shows one wedge and one restart, requests resumed
-    across it and none failed on the infrastructure."""
+def _one_wedge_nothing_failed(ledger: Path, ends: tuple[str, ...] = (vocab.WEDGE,)) -> list[dict[str, Any]]:
+    """The run's requests, once the ledger shows one wedge (or a life that ended as one of
+    ``ends``) and one restart, requests resumed across it and none failed on the infrastructure."""
     with Ledger(ledger, read_only=True) as lg:
         ((run_id,),) = lg.query("SELECT harness_run_id FROM harness_runs")
         rows = [dict(r) for r in queries.harness_requests(lg, run_id)]
         lives = [dict(r) for r in queries.server_lives(lg, run_id)]
-    assert [lv["end_reason"] for lv in lives] == [vocab.WEDGE, vocab.STOP], "one wedge, one restart"
+    assert [lv["end_reason"] for lv in lives][1:] == [vocab.STOP], "one fault, one restart"
+    assert lives[0]["end_reason"] in ends, lives
     resumed = [r for r in rows if r["outcome"] == vocab.RESUMED]
     assert resumed, "the wedge struck requests in flight"
     assert {r["life_id"] for r in resumed} == {lives[0]["life_id"]}
@@ -127,6 +132,27 @@ def test_the_openai_agents_sdk_under_wrap_loses_no_task_to_a_wedge(
     # Each task: a tool call and an answer, two requests that ended ok, whatever was resumed.
     ok = [r["attempt_id"] for r in requests if r["outcome"] == vocab.OK]
     assert sorted(ok) == sorted(f"task-{i:02d}" for i in range(TASKS) for _ in range(2))
+    audit = _audit_reruns_nothing(tmp_path, str(results))
+    assert audit["honest"] == audit["published"] and audit["honest"]["k"] == TASKS
+
+
+def test_the_openai_agents_sdk_under_wrap_loses_no_task_to_an_engine_death(tmp_path: Path) -> None:
+    """vLLM's EngineDeadError mid-run (sim/death.py): every stream in flight gets the engine's
+    error event, requests sent meanwhile get HTTP 500, then the process exits. The harness at its
+    SDK defaults loses no task, and ``audit`` lists none to rerun."""
+    results = tmp_path / "results.jsonl"
+    harness = [sys.executable, str(HARNESS), "chat", "stream", str(TASKS), str(results)]
+    done = _wedgewatch(
+        "wrap", str(_config(tmp_path, nth=12, action="engine_death")), "--", *harness, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    failed = [r for r in rows if r["outcome"] != "resolved"]
+    assert len(rows) == TASKS and failed == [], failed
+    # The canary the proxy asked for finds the engine dead (a wedge), or the exit is seen first.
+    requests = _one_wedge_nothing_failed(tmp_path / "ledger.sqlite", ends=(vocab.WEDGE, vocab.CRASH))
+    resumed = [json.loads(r["detail_json"]) for r in requests if r["outcome"] == vocab.RESUMED]
+    assert {d["blame"] for d in resumed} == {vocab.ENGINE_DEATH}, resumed
     audit = _audit_reruns_nothing(tmp_path, str(results))
     assert audit["honest"] == audit["published"] and audit["honest"]["k"] == TASKS
 

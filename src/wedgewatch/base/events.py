@@ -10,6 +10,8 @@ fields as a dict for records and tests.
     │   ├── RequestOk         ... with tokens (tokens_out, ttft, duration)
     │   ├── Stalled           ... aborted by a deadline (the stall's numbers)
     │   └── UpstreamFailed    ... the server answered 5xx or the connection failed
+    ├── LifeInDoubt           a request failed as only a dying server fails it, and the server's
+    │                         /health did not answer 200 (life_id, request_id, outcome, health)
     └── SupervisorEvent       from the supervisor of one server (member: its name in a pool)
         ├── GaveUp            the restart budget is spent: no more lives (reason, error)
         └── ServerEvent       about one life (life_id)
@@ -101,6 +103,20 @@ class UpstreamFailed(RequestEnded):
     kind: ClassVar[str] = "upstream_error"
     status: int | None = None
     message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LifeInDoubt(Event):
+    """A request on ``life_id`` failed as a dying server fails it (the engine's error event, a
+    5xx, a cut connection) and the server's ``/health`` said so (``health``: what it answered):
+    the proxy holds the request for the next life, and the supervisor's canary decides now rather
+    than at its next scrape (docs/proxy.md, "Resume")."""
+
+    kind: ClassVar[str] = "life_in_doubt"
+    life_id: str
+    request_id: str
+    outcome: str
+    health: str
 
 
 # --- from the supervisor --------------------------------------------------------------------------

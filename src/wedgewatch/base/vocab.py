@@ -83,6 +83,15 @@ RESUMABLE = frozenset({*STALL_KINDS, CONNECTION, STREAM_UNFINISHED, STREAM_ERROR
 the supervisor is replacing the life under it (``[watchdog] on_wedge``); its row for that life then
 says ``resumed`` (the run mark's word: it went on after a stop) and names the leg that continues it."""
 
+ENGINE_DEATH = "engine_death"
+"""Whose failure it was (a request row's ``blame``, when the proxy asked): the server life's. The
+request failed as a dying server fails one (the engine's error event, a 5xx, a cut connection)
+and the server's ``/health`` said it was dead or gone: the request is held for the next life
+(docs/proxy.md, "Resume")."""
+OWN_ERROR = "own_error"
+"""Whose failure it was: the request's own. The server's ``/health`` answered 200 when the request
+failed: the life serves others, and the error goes to the client as the server sent it."""
+
 INFRA_OUTCOMES = frozenset({*STALL_KINDS, CONNECTION, *REPLY_FAULTS})
 """Request outcomes that are the infrastructure's fault, besides every ``upstream_http_<code>``."""
 # The others (ok, client_disconnect, client_error, client_slow_body, interrupted) say nothing

@@ -93,8 +93,9 @@ CORPUS: tuple[Fault, ...] = (
         "https://github.com/vllm-project/vllm/issues/48966",
         "engine-death-exit-0",
         "ENGINE-DEATH",
-        vocab.STREAM_ERROR_EVENT,
+        vocab.RESUMED,  # the engine's error held, /health refused: the engine's death, resumed
         (Crashed, Restarting),
+        escaped=vocab.STREAM_ERROR_EVENT,
     ),
     Fault(
         "SGLang #22511",

@@ -86,8 +86,15 @@ class WatchdogConfig(_Section):
     is named a suspect in its row: one that wedges every server it reaches is not retried for ever."""
     verdict_wait: float = Field(5.0, ge=0)
     """Seconds a request whose server broke under it (the connection cut, a stream ended without
-    its finish, an error event) waits for the supervisor's verdict that the life is being
-    replaced (a crash is seen within a scrape or two) before it fails as the server's error."""
+    its finish, an error event, a 5xx) waits for the supervisor's verdict that the life is being
+    replaced (a crash is seen within a scrape or two; an engine that died, by the canary the proxy
+    asks for) before it fails as the server's error. Not waited when the server's /health answers
+    200: the error is the request's own and goes to the client at once (docs/proxy.md)."""
+    keepalive_interval: float = Field(5.0, ge=0)
+    """Seconds between the SSE comment lines (`: wedgewatch: held for the next server life`) a
+    begun stream gets while it is held for the next server life, so a client whose read timeout
+    is shorter than a restart keeps its stream; every SSE parser ignores them. 0: none. A client
+    that did not ask for a stream cannot be kept alive this way (docs/proxy.md)."""
     restart_wait: float = Field(900.0, ge=0)
     """Seconds a request that arrives while the supervisor replaces a server life (or before the
     first one is ready) waits for the next ready life before it fails with `connection`. Longer

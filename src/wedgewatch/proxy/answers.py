@@ -87,6 +87,10 @@ class Answers:
         """The resume that takes this failure on to the next life, or None (``legs.Legs``)."""
         return None
 
+    async def _quiet(self) -> None:
+        """Stop whatever else writes to the client's stream (``legs.Legs``: a held stream's
+        keep-alive comments); once it returns, the caller writes alone."""
+
     def _abort_upstream(self) -> None:
         """Close the upstream connection now: a vLLM request whose client left is aborted."""
         if self._resp is not None:
@@ -189,10 +193,17 @@ class Answers:
         err = self.relay.error or {}
         outcome, code, message = error_verdict(err, self.out is not None or self.watch.tokens > 0)
         if self.out is not None:
-            # Already forwarded as the stream's last data line; the SDK raises on it.
-            await self._end(outcome, 200, {"error": message})
+            # Held back (``withheld``) with resume on: unless the request goes on, on the next life,
+            # it goes to the client as the server sent it, as its stream's last data line (the SDK
+            # raises on it); with resume off it went with the stream.
+            extra: dict[str, Any] = {}
+            said = f"upstream sent an error in its stream after {self.watch.tokens} tokens: {message}"
+            turn = None if self._no_resume else await self._resumable(outcome, said, extra)
+            if turn is not None:
+                raise turn
+            await self._end(outcome, 200, {"error": message, **extra})
             try:
-                await self.out.write(b"".join(self._tail))
+                await self.out.write(b"".join(self.relay.withheld + self._tail))
             except CLIENT_GONE:
                 pass
             cut_short(self.request)  # an incomplete message: curl exits non-zero (http.py)
@@ -238,6 +249,7 @@ class Answers:
         return self.out or web.Response(status=499)
 
     async def _end(self, outcome: str, status: int | None, detail: dict[str, Any]) -> None:
+        await self._quiet()  # before what the ending writes
         await asyncio.shield(self._record(outcome, status, detail))
 
     def _record(self, outcome: str, status: int | None, detail: dict[str, Any]) -> asyncio.Future[None]:

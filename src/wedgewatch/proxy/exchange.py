@@ -41,7 +41,7 @@ from wedgewatch.proxy.dialects.chat import Relay, StreamRelay
 from wedgewatch.proxy.dialects.kind import Kind
 from wedgewatch.proxy.dialects.typed import TypedRelay
 from wedgewatch.proxy.http import error_object, error_response, forward_headers
-from wedgewatch.proxy.resume import Legs, Resume, ask
+from wedgewatch.proxy.resume import KeepAlive, Legs, Resume, ask
 from wedgewatch.proxy.shared import Shared
 from wedgewatch.proxy.upstream import post
 from wedgewatch.wire.sse import SSEParser
@@ -100,6 +100,7 @@ class Exchange(Legs):
         self.hide_ids = False  # the proxy asked for token ids the client did not (resume/token_ids.py)
         self.leg_path: str | None = None  # where this leg goes when not ``path`` (a completion)
         self._no_resume = False  # a resume found no next life: the request fails as it is
+        self.keep = KeepAlive(ctx.clock, ctx.cfg.keepalive_interval)  # a held stream's comments
         # Waiting on the upstream (its headers or its next bytes), not on the client: what the
         # supervisor counts as work held on the life (``Proxy.held_on``). A client slow to read
         # holds the proxy in a write, and a server that has finished is not wedged by it.
@@ -153,6 +154,7 @@ class Exchange(Legs):
             raise
         finally:
             self._ended = True
+            self.keep.cancel()
             if self._timer is not None:
                 self._timer.cancel()
             if self._resp is not None:
@@ -301,6 +303,8 @@ class Exchange(Legs):
                 self._tail += frames
                 continue
             self.waiting = False
+            if self.keep.running:  # a resumed leg's first bytes end the held stream's comments
+                await self.keep.stop()
             try:
                 if self.out is None:
                     self.out = await self._begin()

@@ -14,6 +14,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
+from wedgewatch.sim import death
 from wedgewatch.sim.faults import FaultBook
 from wedgewatch.sim.policy import Policy
 from wedgewatch.sim.scenario import Scenario
@@ -188,6 +189,8 @@ class Engine:
         self.wedged_at: float | None = None
         self.wedge_cause = ""
         self.livelocked_at: float | None = None
+        self.dead_at: float | None = None  # the engine died (sim/death.py): every request fails
+        self.live: set[asyncio.Future[Any]] = set()  # each generation in flight: a death ends them
         self.ready_at = 0.0
         self.listener: asyncio.Server | None = None  # closed first by a lingering crash
         self.started = time.time()
@@ -200,7 +203,19 @@ class Engine:
     # --- readiness and the wedge -----------------------------------------------------------------
 
     def ready(self) -> bool:
-        return asyncio.get_running_loop().time() >= self.ready_at
+        return self.dead_at is None and asyncio.get_running_loop().time() >= self.ready_at
+
+    def die(self, exit_code: int, delay: float) -> None:
+        """The engine dies (sim/death.py): its counters stop, every generation in flight ends, and
+        the process exits ``delay`` seconds later."""
+        if self.dead_at is not None:
+            return
+        self.sched.flush()
+        self.frozen = self.m.snapshot()
+        self.dead_at = time.time()
+        for task in list(self.live):
+            task.cancel()
+        death.exit_later(asyncio.get_running_loop(), exit_code, delay)
 
     @property
     def wedged(self) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from wedgewatch.sim import broken
+from wedgewatch.sim import broken, death
 from wedgewatch.sim.anthropic import AnthropicEncoder
 from wedgewatch.sim.chunks import PING, ChatEncoder, CompletionEncoder, Encoder, Reply
 from wedgewatch.sim.engine import Engine
@@ -34,7 +34,15 @@ from wedgewatch.sim.sched import Ticket
 
 log = logging.getLogger(__name__)
 
-_BOUNDARY_ACTIONS = ("stall_after", "drop", "crash", "wedge", "livelock", *broken.REPLY_ACTIONS)
+_BOUNDARY_ACTIONS = (
+    "stall_after",
+    "drop",
+    "crash",
+    "wedge",
+    "livelock",
+    death.ENGINE_DEATH,
+    *broken.REPLY_ACTIONS,
+)
 _ENCODERS: dict[str, Callable[[GenRequest, Reply], Encoder]] = {
     "chat": lambda req, reply: ChatEncoder(req.model, reply),
     "completion": lambda req, reply: CompletionEncoder(req.model, reply),
@@ -80,9 +88,18 @@ class Generation:
     async def run(self) -> web.StreamResponse:
         e, st = self.e, self.e.stats
         st.in_flight += 1
+        inner = asyncio.ensure_future(self._run())
+        e.live.add(inner)
         try:
-            return await self._run()
+            return await inner
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if e.dead_at is None or (task is not None and task.cancelling()):
+                raise  # the client went away (aiohttp cancels its handler)
+            self._note(death.ENGINE_DEATH)  # the engine died under it
+            return await death.answer(self.request, self.resp, self.req.kind)
         finally:
+            e.live.discard(inner)
             st.in_flight -= 1
             if self.outcome == "completed":
                 st.completed += 1
@@ -301,6 +318,11 @@ class Generation:
                 self.e.wedge("stochastic")
         elif action == "livelock":
             self.e.livelock()
+        elif action == death.ENGINE_DEATH:
+            await self._flush()
+            self.e.die(
+                fault.exit_code if fault is not None else 1, fault.exit_delay / self.e.scale if fault else 0.0
+            )
         elif action == "drop":
             await self._flush()
             self.outcome = "dropped"

@@ -25,6 +25,7 @@ Action = Literal[
     "wedge",
     "wedge_in_prefill",
     "livelock",
+    "engine_death",
     "error_event",
     "html_200",
     "not_json",
@@ -57,7 +58,7 @@ class Fault(_Strict):
     fresh server is the cure) names a marker."""
     action: Action
     after_tokens: int = Field(0, ge=0)
-    """stall_after, drop, crash, wedge, livelock, error_event and the broken replies (not_json,
+    """stall_after, drop, crash, wedge, livelock, engine_death, error_event and the broken replies (not_json,
     unfinished, endless_line): tokens sent before the fault strikes. wedge_in_prefill: prompt
     tokens prefilled before the server wedges (0: half the prompt)."""
     rate: float = Field(0.5, gt=0)
@@ -65,7 +66,7 @@ class Fault(_Strict):
     status: int = Field(503, ge=400, le=599)
     """http_error: the status answered."""
     exit_code: int = Field(1, ge=0, le=255)
-    """crash: the process's exit code."""
+    """crash, engine_death: the process's exit code."""
     gauges: Literal["frozen", "zero"] = "frozen"
     """wedge, wedge_in_prefill: what /metrics shows once the engine is wedged. `frozen`: every
     series as it was at that moment. `zero`: the counters frozen, but the running and waiting
@@ -73,7 +74,9 @@ class Fault(_Strict):
     gauges do not admit to)."""
     exit_delay: float = Field(0.0, ge=0)
     """crash: seconds between the server's sockets closing and the process exiting, in which it
-    answers nothing and cannot yet be reaped (a server that takes a moment to die); 0 = at once."""
+    answers nothing and cannot yet be reaped (a server that takes a moment to die); 0 = at once.
+    engine_death: seconds between the engine's death and the process's exit, in which the server
+    answers /health 503 and every generation 500 (vLLM's watchdog: up to 5 s)."""
     ignore_sigterm: bool = False
     """wedge: once wedged, the process ignores SIGTERM and only SIGKILL ends it (a stuck
     llama-server needed `kill -9`, llama.cpp #27388). `[startup] ignore_sigterm` does it from the

@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from wedgewatch import __version__
 from wedgewatch.base.errors import BadInput
-from wedgewatch.sim import sglang, slots, tokenizer
+from wedgewatch.sim import death, sglang, slots, tokenizer
 from wedgewatch.sim.chunks import plan_reply
 from wedgewatch.sim.engine import Engine, SimOptions
 from wedgewatch.sim.faults import RequestKey
@@ -100,6 +100,9 @@ async def sim_stats(request: web.Request) -> web.Response:
 async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     e = request.app[ENGINE]
     arrived = asyncio.get_running_loop().time()
+    if e.dead_at is not None:
+        e.stats.rejected += 1
+        return death.dead_engine()  # vLLM's answer once its engine is dead
     if not e.ready():
         e.stats.rejected += 1
         return error_response(503, "The server is starting up.")

@@ -18,6 +18,7 @@ from wedgewatch.base.events import (
     CanarySkipped,
     Event,
     EventBus,
+    LifeInDoubt,
     RequestEnded,
     RequestOk,
     Stalled,
@@ -144,7 +145,14 @@ class Watcher:
 
     def hear(self, life: Life, ev: Event, probe: bool = True) -> None:
         """What the proxy saw on ``life``: a finished request counts toward its age; a refused
-        connection from a dead process is a crash; a stall or an upstream error asks a canary."""
+        connection from a dead process is a crash; a stall or an upstream error asks a canary, and
+        so does a request the proxy holds because the server's /health said its engine is dead
+        (``LifeInDoubt``): the verdict it waits for comes from the canary, now."""
+        if isinstance(ev, LifeInDoubt):
+            if ev.life_id == life.life_id and probe and not life.wedged and life.probe_task is None:
+                doubt = {"event": ev.kind, "outcome": ev.outcome, "health": ev.health}
+                life.probe_task = self.reports.spawn(self.probe(life, doubt))
+            return
         if not isinstance(ev, RequestEnded) or ev.life_id not in (None, life.life_id):
             return  # not a request, or one an earlier life served
         life.proxy_requests += 1

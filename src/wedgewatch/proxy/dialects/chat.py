@@ -72,6 +72,10 @@ class StreamRelay(Protocol):
     usage: dict[str, Any] | None
     error: dict[str, Any] | None
     fault: tuple[str, str] | None
+    # With resume on, the server's error event and all after it, held back from the client until
+    # the proxy knows whose failure it was (proxy/resume/blame.py): passed on as they came when it
+    # was the request's own, dropped when the request goes on, on the next life.
+    withheld: list[bytes]
 
     @property
     def answered(self) -> bool: ...
@@ -96,6 +100,7 @@ class Relay:
         "usage",
         "want_usage",
         "watch",
+        "withheld",
     )
 
     END = "[DONE]"
@@ -115,6 +120,7 @@ class Relay:
         # resume reads them back, proxy/resume/); and a continued leg's splice into the stream.
         self.sent: list[bytes] | None = None
         self.splice: Rewriter | None = None
+        self.withheld: list[bytes] = []
         # The proxy asked for token ids the client did not (proxy/resume/token_ids.py): they are kept in
         # ``sent`` and replaced by null on their way to the client.
         self.hide_ids = False
@@ -137,6 +143,9 @@ class Relay:
             if data is None:
                 if begun and ev.comments:
                     frames.append(comment_frame(ev.comments))
+                continue
+            if self.error is not None and self.sent is not None:
+                self.withheld.append(_frame(data))  # after the server's error (``withheld``)
                 continue
             if self.splice is not None and data != DONE:
                 spliced = self.splice.rewrite(data)
@@ -173,6 +182,9 @@ class Relay:
                             self._extras(obj)
                             continue  # the client did not ask for the usage-only chunk
             frames += self.release()
+            if self.error is not None and self.sent is not None:
+                self.withheld.append(_frame(data))  # the error and what follows: ``withheld``
+                continue
             raw = data
             if self.hide_ids:
                 data = hide_ids(data)

@@ -74,6 +74,7 @@ class TypedRelay(ABC):
         "usage",
         "want_usage",
         "watch",
+        "withheld",
     )
 
     END = "its last event"
@@ -92,6 +93,7 @@ class TypedRelay(ABC):
         # splice into the stream.
         self.sent: list[bytes] | None = None
         self.splice: EventRewriter | None = None
+        self.withheld: list[bytes] = []  # relay.StreamRelay's: the error and what follows it
 
     @property
     def answered(self) -> bool:
@@ -128,9 +130,15 @@ class TypedRelay(ABC):
                 if begun and ev.comments:
                     frames.append(comment_frame(ev.comments))
                 continue
+            if self.error is not None and self.sent is not None:
+                self.withheld.append(frame(ev))  # after the server's error (``withheld``)
+                continue
             if not self._judge(ev):
                 break
             self._see(ev, now)
+            if self.error is not None and self.sent is not None:
+                self.withheld.append(frame(ev))  # held until the proxy knows whose failure it is
+                continue
             if self.splice is not None:
                 spliced = self.splice.rewrite(ev)
                 if self.splice.departed is not None:

@@ -5,7 +5,8 @@ One seam to the exchange: ``Legs``, the base ``exchange.Exchange`` extends. An i
 failure (``answers._fail``) asks it whether the request goes on (``Legs._resumable``); if so it
 raises ``Resume``, the exchange's loop of legs catches it and ``Legs._turn`` ends the leg (its
 row: ``resumed``) and sets up the next on the next ready life. ``ask`` has the token ids asked
-for as a reply is relayed, for an exact continuation.
+for as a reply is relayed, for an exact continuation; ``KeepAlive`` writes comments to a held
+stream, and the exchange stops it before it writes.
 
 One module per way a request goes on:
 
@@ -17,9 +18,14 @@ One module per way a request goes on:
 - ``replay.py``: a begun Responses or Messages stream sent again whole, its events held to what
   the client has and swallowed while they repeat it;
 - ``chat_replay.py``: the same for a chat or completion stream that text cannot continue.
+
+And what decides and what waits: ``blame.py`` (whose failure an error was: the engine's death,
+held and resumed, or the request's own, passed on at once) and ``keepalive.py`` (comments to a
+begun stream while it is held).
 """
 
+from wedgewatch.proxy.resume.keepalive import KeepAlive
 from wedgewatch.proxy.resume.legs import Legs, Resume
 from wedgewatch.proxy.resume.token_ids import ask
 
-__all__ = ["Legs", "Resume", "ask"]
+__all__ = ["KeepAlive", "Legs", "Resume", "ask"]

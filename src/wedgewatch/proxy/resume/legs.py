@@ -7,22 +7,33 @@ docs/proxy.md, "Resume", says what goes on and what fails and why.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
 
 from aiohttp import web
 
+from wedgewatch.base.events import LifeInDoubt
 from wedgewatch.base.protocols import Resumable, Router
-from wedgewatch.base.vocab import RESUMABLE, RESUMED, STALL_KINDS, UPSTREAM_HTTP_PREFIX
+from wedgewatch.base.vocab import (
+    ENGINE_DEATH,
+    OWN_ERROR,
+    RESUMABLE,
+    RESUMED,
+    STALL_KINDS,
+    UPSTREAM_HTTP_PREFIX,
+)
 from wedgewatch.proxy.answers import Answers
 from wedgewatch.proxy.deadlines import Watch
 from wedgewatch.proxy.dialects import make_relay
 from wedgewatch.proxy.dialects.chat import Relay
 from wedgewatch.proxy.dialects.typed import TypedRelay
 from wedgewatch.proxy.http import forward_headers
+from wedgewatch.proxy.resume.blame import judge
 from wedgewatch.proxy.resume.chat_replay import ChatReplay, refused
 from wedgewatch.proxy.resume.continuation import Relayed, Splice, continuation
+from wedgewatch.proxy.resume.keepalive import KeepAlive
 from wedgewatch.proxy.resume.replay import Replay
 from wedgewatch.proxy.resume.token_ids import COMPLETIONS, TOKEN_IDS, with_budget
 
@@ -46,6 +57,15 @@ class Legs(Answers):
     resumes: int
     prior_tokens: int
     hide_ids: bool
+    keep: KeepAlive  # a held stream's comments (keepalive.py)
+
+    async def _quiet(self) -> None:
+        await self.keep.stop()
+
+    def _record(self, outcome: str, status: int | None, detail: dict[str, Any]) -> asyncio.Future[None]:
+        if self.keep.sent:  # the comments the client had while its stream was held
+            detail = {**detail, "keepalives": self.keep.sent}
+        return super()._record(outcome, status, detail)
 
     def _by_ids_here(self) -> bool:
         """Whether this request's server continues a reply from its token ids (the profile's
@@ -72,8 +92,9 @@ class Legs(Answers):
         if not self._start_written or not (outcome in RESUMABLE or outcome.startswith(UPSTREAM_HTTP_PREFIX)):
             return None
         self.waiting = False
-        within = 0.0 if outcome in STALL_KINDS else cfg.verdict_wait
-        if not await router.replacing(life.life_id, within):
+        if self.out is not None:
+            self.keep.start(self.out)  # held: the client's stream is kept alive meanwhile
+        if not await self._replaced(outcome, router, life.life_id, extra):
             return None
         if self.resumes >= cfg.max_resumes:
             # It met a wedge on every life it reached: a suspect, not something to retry for ever.
@@ -102,6 +123,37 @@ class Legs(Answers):
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         return Resume(outcome, message, extra, payload, relayed)
 
+    async def _replaced(self, outcome: str, router: Resumable, life_id: str, extra: dict[str, Any]) -> bool:
+        """Whether the life under the request is being replaced: the supervisor's verdict. A stall
+        takes the verdict as it stands; any other failure asks the server whose it is first
+        (``blame.py``): its own error goes on to the client at once, an engine's death waits up
+        to ``verdict_wait`` for the verdict the proxy asks the supervisor for."""
+        if outcome in STALL_KINDS:
+            return await router.replacing(life_id, 0.0)
+        if await router.replacing(life_id, 0.0):
+            extra.update(blame=ENGINE_DEATH, blame_why="the supervisor's verdict on the life was in")
+            return True
+        blame = await judge(self.ctx.session, self.base_url)
+        extra.update(blame.detail())
+        if blame.who == OWN_ERROR:
+            return False
+        if blame.who == ENGINE_DEATH:
+            doubt = LifeInDoubt(
+                attempt_id=self.attempt_id,
+                life_id=life_id,
+                request_id=self.request_id,
+                outcome=outcome,
+                health=blame.health,
+            )
+            self.ctx.bus.publish(doubt)
+        if await router.replacing(life_id, self.ctx.cfg.verdict_wait):
+            return True
+        if blame.who == ENGINE_DEATH:
+            extra["not_resumed"] = (
+                f"no verdict on the life within verdict_wait ({self.ctx.cfg.verdict_wait:g} s)"
+            )
+        return False
+
     async def _turn(self, turn: Resume) -> bytes | web.StreamResponse:
         """End this leg (its row: ``resumed``, naming the next) and set up the next one on the next
         ready life; the payload to send there, or the failure when no life came."""
@@ -124,6 +176,8 @@ class Legs(Answers):
         next_id = f"{self.ctx.ids.getrandbits(64):016x}"
         cause = {"cause": turn.outcome, "error": turn.message, **turn.extra, "resumed_as": next_id}
         await self._end(RESUMED, None, cause)
+        if self.out is not None:
+            self.keep.start(self.out)  # until the next leg's first byte (exchange._stream)
         member = router.route(self.attempt_id)
         router.release(self.upstream)
         self.upstream, self.life = member, member.life()
