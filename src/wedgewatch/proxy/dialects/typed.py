@@ -60,6 +60,16 @@ class EventRewriter(Protocol):
     def rewrite(self, ev: SSEEvent) -> SSEEvent | None: ...
 
 
+class Translator(Protocol):
+    """Makes the events the relay reads out of another API's stream (``resume/reencode.py``: a
+    continuation generated from token ids, re-encoded as the client's events); ``fault`` says
+    what in that stream was not well-formed."""
+
+    fault: tuple[str, str] | None
+
+    def convert(self, events: list[SSEEvent], last: bool) -> list[SSEEvent]: ...
+
+
 class TypedRelay(ABC):
     """``relay.StreamRelay`` over a stream of typed events."""
 
@@ -70,6 +80,7 @@ class TypedRelay(ABC):
         "fault",
         "finish",
         "sent",
+        "source",
         "splice",
         "usage",
         "want_usage",
@@ -94,6 +105,7 @@ class TypedRelay(ABC):
         self.sent: list[bytes] | None = None
         self.splice: EventRewriter | None = None
         self.withheld: list[bytes] = []  # relay.StreamRelay's: the error and what follows it
+        self.source: Translator | None = None  # what makes the events read out of another stream
 
     @property
     def answered(self) -> bool:
@@ -125,6 +137,9 @@ class TypedRelay(ABC):
 
     def frames(self, events: list[SSEEvent], now: float, begun: bool, last: bool) -> list[bytes]:
         frames: list[bytes] = []
+        if self.source is not None:
+            events = self.source.convert(events, last)
+            self.fault = self.fault or self.source.fault
         for ev in events:
             if ev.data is None:
                 if begun and ev.comments:

@@ -31,6 +31,7 @@ from typing import Any
 from wedgewatch.proxy.dialects.chat_bytes import progress_of
 from wedgewatch.proxy.dialects.kind import Kind
 from wedgewatch.proxy.resume.token_ids import TOKEN_IDS, as_leg, completion_body, why_not
+from wedgewatch.proxy.resume.typed_ids import inexact
 
 
 @dataclass
@@ -117,6 +118,9 @@ def continuation(
         return None, f"a begun {kind} stream is replayed, not continued (replay.py)"
     if relayed.blocker is not None:
         return None, relayed.blocker
+    why = inexact(kind, body)
+    if why is not None:
+        return None, why
     if not relayed.text:
         return None, "nothing but empty text was relayed"
     if (body.get("n") or 1) != 1:

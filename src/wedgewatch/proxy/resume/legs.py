@@ -34,8 +34,10 @@ from wedgewatch.proxy.resume.blame import judge
 from wedgewatch.proxy.resume.chat_replay import ChatReplay, refused
 from wedgewatch.proxy.resume.continuation import Relayed, Splice, continuation
 from wedgewatch.proxy.resume.keepalive import KeepAlive
+from wedgewatch.proxy.resume.reencode import Reencoder
 from wedgewatch.proxy.resume.replay import Replay
 from wedgewatch.proxy.resume.token_ids import COMPLETIONS, TOKEN_IDS, with_budget
+from wedgewatch.proxy.resume.typed_ids import GENERATE, Begun, inexact, prepare
 
 
 class Resume(Exception):
@@ -58,6 +60,7 @@ class Legs(Answers):
     prior_tokens: int
     hide_ids: bool
     keep: KeepAlive  # a held stream's comments (keepalive.py)
+    replayed: str | None = None  # why this leg replays rather than continues (its row says so)
 
     async def _quiet(self) -> None:
         await self.keep.stop()
@@ -65,6 +68,8 @@ class Legs(Answers):
     def _record(self, outcome: str, status: int | None, detail: dict[str, Any]) -> asyncio.Future[None]:
         if self.keep.sent:  # the comments the client had while its stream was held
             detail = {**detail, "keepalives": self.keep.sent}
+        if self.replayed is not None:  # a replayed leg: why it was not continued instead
+            detail = {**detail, "replayed": self.replayed}
         return super()._record(outcome, status, detail)
 
     def _by_ids_here(self) -> bool:
@@ -208,10 +213,32 @@ class Legs(Answers):
         self._held, self._tail = [], []
         if isinstance(self.relay, Relay):
             self.relay.hide_ids = self.hide_ids
-        self.leg_path = None
+        self.leg_path, self.replayed = None, None
         if turn.relayed is not None and turn.relayed.by_ids:
             return await self._from_ids(turn.relayed, turn.payload)
+        if isinstance(self.relay, TypedRelay) and isinstance(self.relay.splice, Replay):
+            return await self._typed_from_ids(self.relay, turn.payload)
         return turn.payload
+
+    async def _typed_from_ids(self, relay: TypedRelay, payload: bytes) -> bytes:
+        """A begun Responses or Messages stream goes on from ids where the next life renders the
+        API (vLLM with ``--enable-scale-out``: typed_ids.py), its continuation re-encoded as the
+        client's events (reencode.py); else it stays a replay, and its row says why."""
+        assert self.asked is not None and relay.sent is not None
+        begun = Begun.read(self.kind, relay.sent)
+        router = self.router
+        why = inexact(self.kind, self.asked.body) or begun.blocker
+        if not isinstance(router, Resumable) or router.continuation(self.upstream) != TOKEN_IDS:
+            why = "the server's profile does not continue from token ids"
+        if why is None:
+            headers = forward_headers(self.request.headers, drop=("accept-encoding", "content-encoding"))
+            body = await prepare(self.ctx.session, self.base_url, headers, self.asked.body, begun)
+            if isinstance(body, dict):
+                relay.splice, relay.source, self.leg_path = None, Reencoder(begun), GENERATE
+                return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+            why = body
+        self.replayed = why
+        return payload
 
     async def _from_ids(self, relayed: Relayed, payload: bytes) -> bytes:
         """A continuation from token ids goes to /v1/completions, with the token budget a chat
