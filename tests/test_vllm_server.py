@@ -14,10 +14,12 @@ its answer differs from the base model's and scores as transformers with peft sc
 Then each wedge test wedges the current life and leaves the next one ready: SIGSTOP of the
 EngineCore mid-stream (``/health`` stays 200, ``/metrics`` freezes: the heartbeat rule), the
 execute-model timeout (a stopped Worker; vLLM gives the begun stream an SSE error event after its
-HTTP 200, then exits), and SIGKILL of the EngineCore (the same error event, then the server is
-gone). A stopped Worker caught by the heartbeat is the freeze of ``test_vllm_run.py``. Last, the
-default ``on_wedge = "resume"`` through a second proxy on the same server: a frozen stream goes on
-on the next life from the token ids the proxy kept, and reads as a stream never frozen.
+HTTP 200, then exits). A stopped Worker caught by the heartbeat is the freeze of
+``test_vllm_run.py``. Last, the default ``on_wedge = "resume"`` through a second proxy on the same
+server: SIGKILL of the EngineCore (vLLM's EngineDeadError: the error event, /health 503, the
+exit) and the stream goes on on the next life from the token ids the proxy kept, reading as a
+stream never killed; and a Responses and a Messages stream sampled at temperature 0.8, frozen
+mid-way, each go on from ids rendered on the next life (``--enable-scale-out``) and read whole.
 
 The server runs with ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=4`` (vLLM's default is 300): below the
 8 s heartbeat window, so the engine's own timeout speaks first; a stopped EngineCore is not
@@ -32,6 +34,7 @@ import json
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,7 +109,17 @@ async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
     cfg = config(
         tmp,
         lora_modules={ADAPTER: str(lora)},
-        args=["--max-num-seqs", "2", "--max-num-batched-tokens", str(CHUNK), "--max-model-len", "4096"],
+        # --enable-scale-out: the render endpoints a begun Responses or Messages stream is
+        # continued from (proxy/resume/typed_ids.py).
+        args=[
+            "--max-num-seqs",
+            "2",
+            "--max-num-batched-tokens",
+            str(CHUNK),
+            "--max-model-len",
+            "4096",
+            "--enable-scale-out",
+        ],
         env={"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "4"},
     )
     sup = Supervisor(cfg, ledger=ledger, bus=bus)
@@ -431,20 +444,6 @@ async def test_the_execute_model_timeout_error_event_is_an_upstream_failure(rig:
     await served(rig)
 
 
-async def test_sigkill_of_the_engine_core_is_an_upstream_failure_and_a_new_life(rig: Rig) -> None:
-    w = await wedge(rig, "VLLM::EngineCore", lambda pid: os.kill(pid, signal.SIGKILL))
-    # Released by the server's own error, not by a deadline (how soon: `bench vllm`).
-    assert w.error is not None and isinstance(w.error.body, dict), w.error
-    assert w.error.body.get("code") not in ("stall_midstream", "stall_ttft", "total_timeout"), w.error.body
-    row = the_request(rig, w.life_id)
-    assert row["http_status"] == 200 and is_infra_outcome(row["outcome"]), row
-    # vLLM's API server answers 500 for a moment before it exits: the canary the error event
-    # triggered may fail first (a wedge, source canary), or the exit be seen first (a crash).
-    assert life_row(rig, w.life_id)["end_reason"] in ("crash", "wedge")
-    gone(w)
-    await served(rig)
-
-
 # --- resume, the default: a second proxy on the same server -----------------------------------
 
 COUNT = [{"role": "user", "content": "Count from one to twenty in words, separated by commas."}]
@@ -483,16 +482,36 @@ def said(chunks: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]
     return [(c["choices"][0]["delta"], c["choices"][0]["finish_reason"]) for c in chunks if c["choices"]]
 
 
-async def test_a_frozen_stream_resumed_from_its_token_ids_reads_as_never_frozen(rig: Rig) -> None:
-    """SIGSTOP of the EngineCore mid-stream at temperature 0, at the defaults (``on_wedge =
-    "resume"``): the heartbeat rule finds the frozen engine, the next life continues the stream
-    from the token ids the proxy kept (a completion of the prompt's ids and the generated ones),
-    and the client reads what an uninterrupted stream gave: each chunk's text and finish, the
-    usage, one id, one role chunk, one ``[DONE]``, and no ids it did not ask for."""
+@asynccontextmanager
+async def resuming(rig: Rig) -> AsyncIterator[Proxy]:
+    """A second proxy on the module's server at every default, ``on_wedge = "resume"`` included."""
     await rig.sup.wait_ready()
     pool = Pool([rig.sup])
     proxy = Proxy(pool, WatchdogConfig(), ledger=rig.ledger, bus=rig.proxy.bus, feed=pool.feed)
     await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.stop()
+
+
+def legs_of(rig: Rig, life_id: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each request resumed off ``life_id``: its row there and the row of the leg that ended it."""
+    rows = rig.rows("SELECT * FROM requests")
+    out = []
+    for cut in (r for r in rows if r["life_id"] == life_id and r["outcome"] == RESUMED):
+        [after] = [r for r in rows if detail(r).get("resumes") == cut["request_id"]]
+        out.append((cut, after))
+    return out
+
+
+async def test_a_sigkilled_engine_cores_stream_reads_whole_on_the_next_life(rig: Rig) -> None:
+    """SIGKILL of the EngineCore mid-stream at temperature 0, at the defaults: vLLM gives the begun
+    stream its EngineDeadError event, answers /health 503 and exits. The proxy holds the event,
+    /health says the engine died, and the stream goes on on the next life from the token ids the
+    proxy kept (a completion of the prompt's ids and the generated ones): the client reads what an
+    uninterrupted stream gave, each chunk's text and finish, the usage, one id, one role chunk,
+    one ``[DONE]``, and no ids it did not ask for."""
     body = {
         "model": MODEL,
         "messages": COUNT,
@@ -501,36 +520,128 @@ async def test_a_frozen_stream_resumed_from_its_token_ids_reads_as_never_frozen(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    life = rig.sup.current
-    assert life is not None and life.proc.pid is not None
-    target = role_pid(life.proc.pid, "VLLM::EngineCore")
-    assert target is not None
-    try:
+    async with resuming(rig) as proxy:
+        life = rig.sup.current
+        assert life is not None and life.proc.pid is not None
+        target = role_pid(life.proc.pid, "VLLM::EngineCore")
+        assert target is not None
         whole, _ = await read_stream(proxy.url, body)
-        frozen, done = await read_stream(proxy.url, body, lambda: os.kill(target, signal.SIGSTOP))
-    finally:
-        await proxy.stop()
-        if state(target) == "T":
-            os.kill(target, signal.SIGCONT)
-    assert said(frozen) == said(whole) and len(said(whole)) > 40
-    assert frozen[-1]["usage"] == whole[-1]["usage"] and whole[-1]["usage"]["completion_tokens"] == 60
-    assert len({c["id"] for c in frozen}) == 1 and done == 1
-    assert [c for c in said(frozen) if "role" in c[0]] == [({"role": "assistant", "content": ""}, None)]
+        killed, done = await read_stream(proxy.url, body, lambda: os.kill(target, signal.SIGKILL))
+        await asyncio.wait_for(rig.sup.wait_ready(), NEXT_LIFE)
+    assert said(killed) == said(whole) and len(said(whole)) > 40
+    assert killed[-1]["usage"] == whole[-1]["usage"] and whole[-1]["usage"]["completion_tokens"] == 60
+    assert len({c["id"] for c in killed}) == 1 and done == 1
+    assert [c for c in said(killed) if "role" in c[0]] == [({"role": "assistant", "content": ""}, None)]
     # The proxy asked for the ids; the client did not: it reads null, as from vLLM without them.
-    assert "prompt_token_ids" in frozen[0] and frozen[0]["prompt_token_ids"] is None
-    assert all(c["choices"][0]["token_ids"] is None for c in frozen[1:] if c["choices"])
-
-    legs = rig.rows("SELECT * FROM requests WHERE life_id = ? AND client_stream = 1", (life.life_id,))
-    cut = [q for q in legs if q["outcome"] == RESUMED]
-    assert len(cut) == 1 and cut[0]["tokens_out"] >= 8, legs
-    [after] = [
-        q for q in rig.rows("SELECT * FROM requests") if detail(q).get("resumes") == cut[0]["request_id"]
-    ]
+    assert "prompt_token_ids" in killed[0] and killed[0]["prompt_token_ids"] is None
+    assert all(c["choices"][0]["token_ids"] is None for c in killed[1:] if c["choices"])
+    [(cut, after)] = legs_of(rig, life.life_id)
+    assert detail(cut)["blame"] == "engine_death" and cut["tokens_out"] >= 8, detail(cut)
     assert after["outcome"] == OK and after["life_id"] not in (None, life.life_id)
     assert detail(after)["sent_to"] == "/v1/completions"  # from the ids, not the text
-    [wedged] = [
-        detail(r)
-        for r in rig.rows("SELECT * FROM events WHERE kind = 'wedge'")
-        if r["life_id"] == life.life_id
-    ]
-    assert wedged["source"] == "metrics", wedged
+    assert life_row(rig, life.life_id)["end_reason"] in ("crash", "wedge")
+    assert not group_alive(life.proc.pid)
+
+
+async def _responses(
+    url: str, body: dict[str, Any], begun: asyncio.Event
+) -> tuple[list[dict[str, Any]], openai.types.responses.Response]:
+    """A Responses stream read by the OpenAI SDK's accumulator: its events, and the final response
+    the SDK assembled; ``begun`` is set once it has five text deltas."""
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=2 * NEXT_LIFE)
+    events: list[dict[str, Any]] = []
+    async with client.responses.stream(**body) as s:
+        async for ev in s:
+            events.append(ev.model_dump())
+            if sum(e["type"] == "response.output_text.delta" for e in events) == 5:
+                begun.set()
+        final = await s.get_final_response()
+    return events, final
+
+
+async def _messages(url: str, body: dict[str, Any], begun: asyncio.Event) -> tuple[list[dict[str, Any]], Any]:
+    """A Messages stream read by Anthropic's SDK: its events and the message it assembled."""
+    import anthropic  # imported here: every worker imports this module to collect it
+
+    client = anthropic.AsyncAnthropic(base_url=url, api_key="x", max_retries=0, timeout=2 * NEXT_LIFE)
+    events: list[dict[str, Any]] = []
+    async with client.messages.stream(**body) as s:
+        async for ev in s:
+            events.append(ev.model_dump())
+            if sum(e["type"] == "content_block_delta" for e in events) == 5:
+                begun.set()
+        final = await s.get_final_message()
+    return events, final
+
+
+async def test_sampled_responses_and_messages_streams_frozen_midway_read_whole(rig: Rig) -> None:
+    """SIGSTOP of the EngineCore with a Responses and a Messages stream in flight, both sampled
+    at temperature 0.8: the heartbeat rule finds the frozen engine, and on the next life each goes
+    on from ids (the request rendered there, the text read so far read back as ids, generated by
+    /inference/v1/generate) re-encoded as the client's own events. Whole, as each SDK reads it:
+    the deltas concatenate to the final text, the sequence numbers run on without a gap under one
+    response and item id (one message id and block), the prompt is counted as the request's own,
+    the output as the tokens of the text delivered."""
+    text = "Count from one to one hundred in words, separated by commas."
+    responses = {"model": MODEL, "input": text, "max_output_tokens": 120, "temperature": 0.8}
+    messages = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": 120,
+        "temperature": 0.8,
+    }
+    async with resuming(rig) as proxy:
+        life = rig.sup.current
+        assert life is not None and life.proc.pid is not None
+        target = role_pid(life.proc.pid, "VLLM::EngineCore")
+        assert target is not None
+        began = asyncio.Event(), asyncio.Event()
+        tasks = (
+            asyncio.ensure_future(_responses(proxy.url, responses, began[0])),
+            asyncio.ensure_future(_messages(proxy.url, messages, began[1])),
+        )
+        try:
+            await asyncio.wait_for(asyncio.gather(began[0].wait(), began[1].wait()), NEXT_LIFE)
+            os.kill(target, signal.SIGSTOP)
+            (r_events, r_final), (m_events, m_final) = await asyncio.gather(*tasks)
+        finally:
+            if state(target) == "T":
+                os.kill(target, signal.SIGCONT)
+        await asyncio.wait_for(rig.sup.wait_ready(), NEXT_LIFE)
+        async with aiohttp.ClientSession() as s:
+            clean = await (
+                await s.post(proxy.url + "/v1/responses", json={**responses, "max_output_tokens": 1})
+            ).json()
+            async with s.post(
+                rig.url + "/tokenize",
+                json={"model": MODEL, "prompt": r_final.output_text, "add_special_tokens": False},
+            ) as t:
+                r_ids = (await t.json())["tokens"]
+            m_text = "".join(b.text for b in m_final.content if b.type == "text")
+            async with s.post(
+                rig.url + "/tokenize", json={"model": MODEL, "prompt": m_text, "add_special_tokens": False}
+            ) as t:
+                m_ids = (await t.json())["tokens"]
+
+    deltas = "".join(e["delta"] for e in r_events if e["type"] == "response.output_text.delta")
+    assert deltas == r_final.output_text and len(deltas) > 20
+    assert [e["sequence_number"] for e in r_events] == list(range(len(r_events)))
+    assert {e["item_id"] for e in r_events if "item_id" in e} == {r_final.output[0].id}
+    assert {e["response"]["id"] for e in r_events if "response" in e} == {r_final.id}
+    assert r_final.usage is not None and r_final.usage.input_tokens == clean["usage"]["input_tokens"]
+    ended = 1 if r_final.status == "completed" else 0  # the end-of-turn token is counted, not shown
+    assert r_final.usage.output_tokens == len(r_ids) + ended, (r_final.usage, len(r_ids))
+
+    m_deltas = "".join(e["delta"]["text"] for e in m_events if e["type"] == "content_block_delta")
+    assert m_deltas == m_text and len(m_text) > 20
+    assert [e["type"] for e in m_events].count("message_start") == 1
+    assert {e["index"] for e in m_events if "index" in e} == {0}
+    assert m_final.usage.input_tokens == clean["usage"]["input_tokens"]
+    ended = 1 if m_final.stop_reason == "end_turn" else 0
+    assert m_final.usage.output_tokens == len(m_ids) + ended, (m_final.usage, len(m_ids))
+
+    legs = legs_of(rig, life.life_id)
+    assert len(legs) == 2, legs
+    for cut, after in legs:
+        assert after["outcome"] == OK and detail(after)["sent_to"] == "/inference/v1/generate", detail(after)
+        assert cut["tokens_out"] >= 5

