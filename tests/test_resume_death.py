@@ -207,36 +207,38 @@ async def test_a_held_stream_is_kept_alive_through_a_restart_longer_than_its_cli
 ) -> None:
     """Each life answers /health 503 for its first 4 s: the restart outlasts the OpenAI SDK's
     2 s timeout. A held stream gets a comment every 0.5 s, so the SDK's stream reads the whole
-    reply; a request without a stream has no headers to keep alive: the SDK gives up on it,
-    retries (its default), and a retry is served by the next life, the abandoned attempts
-    dropped (``client_disconnect``)."""
+    reply; a request without a stream (the one whose engine died under it) has no headers to keep
+    alive: the SDK gives up on it, retries (its default), and a retry is served by the next life,
+    the abandoned attempts dropped (``client_disconnect``)."""
     async with _stack(tmp_path, unready=4.0, keepalive_interval=0.5) as (stack, ledger):
         client = openai.AsyncOpenAI(base_url=stack.url + "/v1", api_key="x", timeout=2.0, max_retries=10)
-        bystander = asyncio.ensure_future(_ask(stack.url, "chat", STORY))
-        short = [{"role": "user", "content": "write a haiku"}]
-        once = asyncio.ensure_future(
-            client.chat.completions.create(model="sim-model", messages=short, max_tokens=40)  # type: ignore[arg-type]
-        )
+        story = [{"role": "user", "content": STORY}]
+        dies = [{"role": "user", "content": DIES}]
+
+        async def read() -> str:
+            stream = await client.chat.completions.create(
+                model="sim-model",
+                messages=story,
+                max_tokens=60,
+                stream=True,  # type: ignore[arg-type]
+            )
+            return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+        sdk = asyncio.ensure_future(read())
+        raw = asyncio.ensure_future(_ask(stack.url, "chat", STORY))
         await _in_flight(stack, 2)
-        stream = await client.chat.completions.create(
-            model="sim-model",
-            messages=[{"role": "user", "content": DIES}],
-            max_tokens=60,
-            stream=True,
-        )
-        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
-        status, raw, cut = await bystander
-        answer = await once
-        clean = await client.chat.completions.create(
-            model="sim-model", messages=[{"role": "user", "content": DIES}], max_tokens=60
-        )
+        once = await client.chat.completions.create(model="sim-model", messages=dies, max_tokens=40)  # type: ignore[arg-type]
+        text = await sdk
+        status, body, cut = await raw
+        clean = await client.chat.completions.create(model="sim-model", messages=story, max_tokens=60)  # type: ignore[arg-type]
         clean_story = await _ask(stack.url, "chat", STORY)
-        clean_once = await client.chat.completions.create(model="sim-model", messages=short, max_tokens=40)  # type: ignore[arg-type]
+        clean_once = await client.chat.completions.create(model="sim-model", messages=dies, max_tokens=40)  # type: ignore[arg-type]
     assert text == clean.choices[0].message.content and len(text) > 20
-    assert status == 200 and not cut and _said("chat", raw) == _said("chat", clean_story[1])
-    assert b": wedgewatch: held for the next server life\n\n" in raw
-    assert answer.choices[0].message.content == clean_once.choices[0].message.content
+    assert status == 200 and not cut and _said("chat", body) == _said("chat", clean_story[1])
+    assert b": wedgewatch: held for the next server life\n\n" in body
+    assert once.choices[0].message.content == clean_once.choices[0].message.content
     rows = _rows(ledger)
     kept = [_detail(r).get("keepalives", 0) for r in rows if r["client_stream"] and r["outcome"] == vocab.OK]
     assert max(kept) >= 2, kept
-    assert vocab.CLIENT_DISCONNECT in {r["outcome"] for r in rows if not r["client_stream"]}
+    abandoned = [r for r in rows if not r["client_stream"] and r["outcome"] == vocab.CLIENT_DISCONNECT]
+    assert abandoned, "\n".join(f"{r['outcome']} {r['client_stream']} {r['detail_json'][:300]}" for r in rows)

@@ -601,7 +601,18 @@ async def test_sampled_responses_and_messages_streams_frozen_midway_read_whole(r
             asyncio.ensure_future(_messages(proxy.url, messages, began[1])),
         )
         try:
-            await asyncio.wait_for(asyncio.gather(began[0].wait(), began[1].wait()), NEXT_LIFE)
+            # Both begun (or one failed: its exception, not a timeout, is what the test reports).
+            waits = [asyncio.ensure_future(b.wait()) for b in began]
+            pending: set[asyncio.Future[Any]] = {*waits, *tasks}
+            while not all(w.done() for w in waits):
+                done, pending = await asyncio.wait(
+                    pending, timeout=NEXT_LIFE, return_when=asyncio.FIRST_COMPLETED
+                )
+                assert done, "the streams did not begin"
+                for t in tasks:
+                    if t.done():
+                        t.result()  # raises what failed it
+                        raise AssertionError("a stream ended before the freeze")
             os.kill(target, signal.SIGSTOP)
             (r_events, r_final), (m_events, m_final) = await asyncio.gather(*tasks)
         finally:

@@ -59,6 +59,7 @@ HOMONYMS: dict[tuple[str, str], tuple[int, str]] = {
     ("proxy/resume/chat_replay.py", "created"): (1, _OPENAI_FIELD),
     ("proxy/resume/continuation.py", "created"): (2, _OPENAI_FIELD),
     ("proxy/dialects/messages.py", "api_error"): (1, "Anthropic's error type"),
+    ("proxy/resume/reencode.py", "api_error"): (1, "Anthropic's error type"),
     ("proxy/http.py", "connection"): (1, "the HTTP header"),
     ("proxy/passthrough.py", "connection"): (1, "the code in the error body a client gets"),
     ("runner/attempt.py", "stop"): (1, "who ended the attempt (`by`): the run's stop"),

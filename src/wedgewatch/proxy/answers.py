@@ -82,6 +82,7 @@ class Answers:
     _ended: bool
     _start_written: bool
     _no_resume: bool
+    holding: bool = False  # held for the next life (``legs.Legs``): the client saw no error
 
     async def _resumable(self, outcome: str, message: str, extra: dict[str, Any]) -> Exception | None:
         """The resume that takes this failure on to the next life, or None (``legs.Legs``)."""
@@ -181,7 +182,10 @@ class Answers:
 
     def _left(self) -> tuple[str, int | None, dict[str, Any]]:
         """A hung-up client's row: the upstream's in-stream error if one came (the SDK raises on it
-        and closes at once), else ok when the answer was whole, else client_disconnect."""
+        and closes at once), else ok when the answer was whole, else client_disconnect (so too a
+        request held for the next life: its client never saw the error)."""
+        if self.holding:  # held for the next life: the client saw neither the error nor an answer
+            return CLIENT_DISCONNECT, None, {}
         if self.relay.error is not None:
             outcome, _, message = error_verdict(
                 self.relay.error, self.out is not None or self.watch.tokens > 0

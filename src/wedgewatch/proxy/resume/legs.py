@@ -82,6 +82,12 @@ class Legs(Answers):
         """The resume of a request whose life is being replaced, or None (then ``extra`` may say
         why a replaced life's request was not resumed). A stall is resumed only when the verdict
         on its life is in already: one request stuck while its server serves others fails."""
+        turn = await self._decide(outcome, message, extra)
+        if turn is None:
+            self.holding = False  # not held after all: the failure goes to the client
+        return turn
+
+    async def _decide(self, outcome: str, message: str, extra: dict[str, Any]) -> Resume | None:
         cfg, router, life = self.ctx.cfg, self.router, self.life
         splice = self.relay.splice if isinstance(self.relay, Relay | TypedRelay) else None
         if splice is not None and splice.departed is not None:
@@ -96,7 +102,7 @@ class Legs(Answers):
             return None
         if not self._start_written or not (outcome in RESUMABLE or outcome.startswith(UPSTREAM_HTTP_PREFIX)):
             return None
-        self.waiting = False
+        self.waiting, self.holding = False, True
         if self.out is not None:
             self.keep.start(self.out)  # held: the client's stream is kept alive meanwhile
         if not await self._replaced(outcome, router, life.life_id, extra):
@@ -209,7 +215,7 @@ class Legs(Answers):
             elif isinstance(self.relay, Relay):
                 self.relay.sent, self.relay.splice = sent, ChatReplay(self.kind, list(sent), cause)
             self.prior_tokens = 0
-        self.stall, self._ended, self._start_written = None, False, False
+        self.stall, self._ended, self._start_written, self.holding = None, False, False, False
         self._held, self._tail = [], []
         if isinstance(self.relay, Relay):
             self.relay.hide_ids = self.hide_ids
