@@ -36,7 +36,7 @@ from typing import Any
 
 import aiohttp
 
-from wedgewatch.proxy.dialects.assemble import Kind
+from wedgewatch.proxy.dialects.kind import Kind
 
 RENDER = {"responses": "/v1/responses/render", "messages": "/v1/messages/render"}
 GENERATE = "/inference/v1/generate"
