@@ -187,7 +187,8 @@ async def test_a_request_that_kills_every_engine_it_meets_is_a_suspect(tmp_path:
         status, raw, _ = await _ask(stack.url, "once", DIES)
     assert status == 500, raw
     rows = _rows(ledger)
-    assert [r["outcome"] for r in rows[:2]] == [vocab.RESUMED, vocab.STREAM_ERROR_EVENT]
+    # A request without a stream goes upstream as sent: the dying engine answers it HTTP 500.
+    assert [r["outcome"] for r in rows[:2]] == [vocab.RESUMED, vocab.upstream_http(500)]
     last = _detail(rows[1])
     assert last["suspect"] is True and "max_resumes" in last["not_resumed"]
     assert last["blame"] == vocab.ENGINE_DEATH
