@@ -584,11 +584,12 @@ async def test_sampled_responses_and_messages_streams_frozen_midway_read_whole(r
     the output as the tokens of the text delivered."""
     text = "Count from one to one hundred in words, separated by commas."
     responses = {"model": MODEL, "input": text, "max_output_tokens": 120, "temperature": 0.8}
+    # Anthropic's SDK (2.x) has no `temperature` argument any more: it goes in the body as sent.
     messages = {
         "model": MODEL,
         "messages": [{"role": "user", "content": text}],
         "max_tokens": 120,
-        "temperature": 0.8,
+        "extra_body": {"temperature": 0.8},
     }
     async with resuming(rig) as proxy:
         life = rig.sup.current
@@ -616,6 +617,8 @@ async def test_sampled_responses_and_messages_streams_frozen_midway_read_whole(r
             os.kill(target, signal.SIGSTOP)
             (r_events, r_final), (m_events, m_final) = await asyncio.gather(*tasks)
         finally:
+            for t in tasks:
+                t.cancel()  # no-op once done; else a stream left behind fails quietly
             if state(target) == "T":
                 os.kill(target, signal.SIGCONT)
         await asyncio.wait_for(rig.sup.wait_ready(), NEXT_LIFE)
