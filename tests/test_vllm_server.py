@@ -626,6 +626,14 @@ async def test_sampled_responses_and_messages_streams_frozen_midway_read_whole(r
             clean = await (
                 await s.post(proxy.url + "/v1/responses", json={**responses, "max_output_tokens": 1})
             ).json()
+            # Each API renders its own prompt (a Responses and a Messages render of one input need
+            # not count alike): each is held to a clean request of its own.
+            m_clean = await (
+                await s.post(
+                    proxy.url + "/v1/messages",
+                    json={"model": MODEL, "messages": messages["messages"], "max_tokens": 1},
+                )
+            ).json()
             async with s.post(
                 rig.url + "/tokenize",
                 json={"model": MODEL, "prompt": r_final.output_text, "add_special_tokens": False},
@@ -650,7 +658,7 @@ async def test_sampled_responses_and_messages_streams_frozen_midway_read_whole(r
     assert m_deltas == m_text and len(m_text) > 20
     assert [e["type"] for e in m_events].count("message_start") == 1
     assert {e["index"] for e in m_events if "index" in e} == {0}
-    assert m_final.usage.input_tokens == clean["usage"]["input_tokens"]
+    assert m_final.usage.input_tokens == m_clean["usage"]["input_tokens"], m_clean
     ended = 1 if m_final.stop_reason == "end_turn" else 0
     assert m_final.usage.output_tokens == len(m_ids) + ended, (m_final.usage, len(m_ids))
 

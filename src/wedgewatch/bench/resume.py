@@ -7,7 +7,8 @@ default, and the harness of ``resume_harness.py``: tasks of two requests, some a
 simulator tool calls and answers, chat and Responses, streamed and not; on vLLM's bundled Gemma,
 which calls no tool, plain chat, streamed and not). The fault strikes once, a few tokens into a
 request once the first tasks are under way, so the struck life holds requests of several tasks
-in every shape: on the simulator its own scenario fault (with a ``marker``: once across lives);
+in every shape: on the simulator its own scenario fault (with a ``marker``: once across lives; a
+death is ``engine_death``, vLLM's EngineDeadError);
 on vLLM the fault rig's SIGSTOP (a wedge) or SIGKILL (a death) of the EngineCore. The arms
 alternate trial by trial.
 
@@ -79,10 +80,12 @@ def _scenario(workdir: Path, concurrency: int, fault: str) -> Path:
     # The first request of the task that starts once the first `concurrency` are under way: the
     # struck life then holds requests of those tasks too, in every shape and at every stage.
     word = resume_harness.prompt(f"t-{concurrency:02d}").split(":")[0]
+    # A death is vLLM's EngineDeadError as sim/death.py plays it: every request in flight ends with
+    # the engine's error, /health 503 and new requests 500 until the process exits 2 s later.
     action = (
         f'action = "{vocab.WEDGE}"'
         if fault == vocab.WEDGE
-        else f'action = "{vocab.CRASH}"\nerror_event = true'
+        else f'action = "{vocab.ENGINE_DEATH}"\nexit_code = 0\nexit_delay = 2.0'
     )
     path = workdir / "fault.toml"
     path.write_text(
