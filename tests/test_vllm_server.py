@@ -574,6 +574,21 @@ async def _messages(url: str, body: dict[str, Any], begun: asyncio.Event) -> tup
     return events, final
 
 
+LIMIT = 120  # the sampled streams' output limit
+
+
+def delivered(counted: int, ended: bool, ids: list[int], limit: int) -> None:
+    """The usage counts the tokens the client got over both legs. Stopped at the limit, that is the
+    limit exactly (one leg's count lost, or the moved ids counted as output, and it is not). Ended
+    by the model, it is the text's tokens and the end-of-turn token (counted, not shown); sampled
+    tokens need not be the text's own tokenization (vLLM's /tokenize of the text read back), so
+    there a few tokens either way are allowed, far fewer than the first leg's (at least 5)."""
+    if not ended:
+        assert counted == limit, (counted, limit)
+    else:
+        assert abs(counted - (len(ids) + 1)) <= 3, (counted, len(ids))
+
+
 async def test_sampled_responses_and_messages_streams_frozen_midway_read_whole(rig: Rig) -> None:
     """SIGSTOP of the EngineCore with a Responses and a Messages stream in flight, both sampled
     at temperature 0.8: the heartbeat rule finds the frozen engine, and on the next life each goes
@@ -583,12 +598,12 @@ async def test_sampled_responses_and_messages_streams_frozen_midway_read_whole(r
     response and item id (one message id and block), the prompt is counted as the request's own,
     the output as the tokens of the text delivered."""
     text = "Count from one to one hundred in words, separated by commas."
-    responses = {"model": MODEL, "input": text, "max_output_tokens": 120, "temperature": 0.8}
+    responses = {"model": MODEL, "input": text, "max_output_tokens": LIMIT, "temperature": 0.8}
     # Anthropic's SDK (2.x) has no `temperature` argument any more: it goes in the body as sent.
     messages = {
         "model": MODEL,
         "messages": [{"role": "user", "content": text}],
-        "max_tokens": 120,
+        "max_tokens": LIMIT,
         "extra_body": {"temperature": 0.8},
     }
     async with resuming(rig) as proxy:
@@ -651,16 +666,14 @@ async def test_sampled_responses_and_messages_streams_frozen_midway_read_whole(r
     assert {e["item_id"] for e in r_events if "item_id" in e} == {r_final.output[0].id}
     assert {e["response"]["id"] for e in r_events if "response" in e} == {r_final.id}
     assert r_final.usage is not None and r_final.usage.input_tokens == clean["usage"]["input_tokens"]
-    ended = 1 if r_final.status == "completed" else 0  # the end-of-turn token is counted, not shown
-    assert r_final.usage.output_tokens == len(r_ids) + ended, (r_final.usage, len(r_ids))
+    delivered(r_final.usage.output_tokens, r_final.status == "completed", r_ids, LIMIT)
 
     m_deltas = "".join(e["delta"]["text"] for e in m_events if e["type"] == "content_block_delta")
     assert m_deltas == m_text and len(m_text) > 20
     assert [e["type"] for e in m_events].count("message_start") == 1
     assert {e["index"] for e in m_events if "index" in e} == {0}
     assert m_final.usage.input_tokens == m_clean["usage"]["input_tokens"], m_clean
-    ended = 1 if m_final.stop_reason == "end_turn" else 0
-    assert m_final.usage.output_tokens == len(m_ids) + ended, (m_final.usage, len(m_ids))
+    delivered(m_final.usage.output_tokens, m_final.stop_reason == "end_turn", m_ids, LIMIT)
 
     legs = legs_of(rig, life.life_id)
     assert len(legs) == 2, legs
