@@ -8,7 +8,10 @@ What each change redraws: a new attempt, attempt end or verdict redraws the head
 that instance's row (the whole attempts table under a filter, since a row may now match it); a
 life's start, readiness or end, or an event, redraws the lanes, which are redrawn every
 ``STRIP_EVERY`` seconds anyway while the run lives (the engine strip); the requests' table is
-redrawn every second while it has rows, and once more when it empties.
+redrawn every second while it has rows, and once more when it empties, from the page's
+``Tracker`` (``tracker.py``: the requests it holds, advanced by the rows that came, never the whole
+ledger asked again); rows of requests alone redraw the header at most every
+``REQUESTS_HEADER_EVERY`` seconds (its counts are a scan of the scope's requests).
 """
 
 from __future__ import annotations
