@@ -158,3 +158,19 @@ def test_a_live_pages_tracker_holds_what_the_ledger_would_say(ledger: Ledger) ->
     )
     assert seen[3] == ({"new0000000000001"}, {"old0000000000002", "leg2000000000002"})
     assert seen[4] == ({"new0000000000001"}, set())
+
+
+def test_of_the_ends_that_went_well_only_the_latest_few_are_shown(ledger: Ledger) -> None:
+    _life(ledger, "life-a", T, None, None)
+    for i in range(flight.OK_AT_MOST + 5):
+        _request(
+            ledger, f"ok{i:014d}", "life-a", T + i * 0.1, 1.0, client_stream=1, tokens_out=3, outcome="ok"
+        )
+    _request(
+        ledger, "bad0000000000001", "life-a", T, 1.0, client_stream=1, tokens_out=0, outcome="stall_ttft"
+    )
+    scope = Scope(SERVE, "", T)
+    found = flight.pending(ledger, scope, T + 3)
+    shown = {r["id"] for r in flight.rows(ledger, found, {}, flight.watchdog_of(ledger, scope), T + 3)}
+    latest = {f"ok{i:014d}" for i in range(5, flight.OK_AT_MOST + 5)}
+    assert shown == latest | {"bad0000000000001"}

@@ -82,7 +82,7 @@ class Tracker:
             (k for k, r in self._ends.items() if r["outcome"] == OK and end(r) >= now - flight.LINGER_OK),
             key=lambda k: end(self._ends[k]),
             reverse=True,
-        )[: flight.ENDED_AT_MOST]
+        )[: flight.OK_AT_MOST]
         keep = bad | set(good)
         follow = [self._ends[k] for k in keep]
         while follow:

@@ -30,6 +30,9 @@ LINGER_OK = 5.0
 busy server's hundreds of ends a minute do not bury what is in flight."""
 ENDED_AT_MOST = 50
 """Ended requests shown at most, the latest."""
+OK_AT_MOST = 10
+"""Of those, the ends that went well shown at most, the latest: enough to see requests ending; a
+busy proxy ends hundreds a minute, and each row is drawn again every second."""
 HORIZON = 6 * 3600.0
 """Ended requests are looked for among those started this long ago at most (an index range)."""
 
@@ -78,7 +81,7 @@ END_COLS = (
 def pending(ledger: Ledger, scope: Scope, now: float) -> Pending:
     """The scope's requests in flight and just ended, and their lives' verdicts: every start
     without an end; the ends of the last ``LINGER`` seconds that went badly or were resumed, the
-    latest ``ENDED_AT_MOST`` of the last ``LINGER_OK`` seconds that went well (no more are shown),
+    latest ``OK_AT_MOST`` of the last ``LINGER_OK`` seconds that went well (no more are shown),
     and the legs that continue a resumed one. A live page keeps this up to date from the rows
     that come (``view/tracker.py``) rather than asking for it again every second."""
     mine, params = scope.requests_sql("s")
@@ -94,7 +97,7 @@ def pending(ledger: Ledger, scope: Scope, now: float) -> Pending:
     )
     good = ledger.query(
         f"SELECT {END_COLS} {window} AND q.outcome = ? ORDER BY q.started_at + q.duration DESC LIMIT ?",
-        (*params, now - HORIZON, now - LINGER_OK, OK, ENDED_AT_MOST),
+        (*params, now - HORIZON, now - LINGER_OK, OK, OK_AT_MOST),
     )
     ends = [*bad, *good]
     ends += continuations(ledger, ends)
