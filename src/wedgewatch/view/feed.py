@@ -35,7 +35,7 @@ STRIP_EVERY = 5.0
 """Seconds between two redraws of a live scope's lanes (their engine strips) with nothing new."""
 HEADER_EVERY = 5.0
 """Seconds between two redraws of a live header with nothing new (its elapsed time)."""
-REQUESTS_HEADER_EVERY = 5.0
+REQUESTS_HEADER_EVERY = 2.0
 """Seconds between two redraws of the header when only requests came."""
 
 _LANE_TABLES = {"server_lives", "server_life_ready", "server_life_ends", "events"}
