@@ -20,11 +20,13 @@ from wedgewatch.base.events import (
     EventBus,
     GaveUp,
     LifeEnded,
+    Promoted,
     Restarting,
     RestartSkipped,
     ServerEvent,
     ServerReady,
     ServerStarting,
+    StandbyRoom,
     StartFailed,
     SupervisorEvent,
     WarmupFailed,
@@ -54,8 +56,10 @@ def _every_event(member: str | None, life: str) -> list[SupervisorEvent]:
         Drained(**at, reason="recycle_tokens", left=0, waited=1.5),
         RestartSkipped(**at, reason="wedge", why="external server"),
         Restarting(**at, reason="wedge"),
+        Promoted(**at, replaced="life-0", reason="wedge", idle=12.5, woke=None),
         LifeEnded(**at, reason="wedge", exit_code=-15, age_seconds=9.5, age_requests=4, age_tokens=7),
         GaveUp(member=member, reason="wedge", error="gave up after 3 restarts"),
+        StandbyRoom(member=member, on=False, line="2 x 5.0 GB > 4.0 GB", figures={"need_gb": 10.0}),
     ]  # fmt: skip
 
 
@@ -102,6 +106,16 @@ def test_every_supervisor_event_is_one_row_read_from_the_event(tmp_path: Path) -
     assert by_kind[vocab.WEDGE]["detail_json"] == {"source": "canary", "life_id": "life-1", "age_tokens": 7}
     assert by_kind[vocab.RESTART]["detail_json"] == {"reason": "wedge", "life_id": "life-1"}
     assert by_kind[vocab.API_ERRORS]["detail_json"] == {"consecutive": 3}
+    assert by_kind[vocab.PROMOTED]["detail_json"] == {
+        "replaced": "life-0",
+        "reason": "wedge",
+        "idle": 12.5,
+        "woke": None,
+        "planned": False,
+    }
+    room = by_kind[vocab.STANDBY_ROOM]
+    assert room["life_id"] is None and room["detail_json"]["need_gb"] == 10.0
+    assert room["detail_json"]["on"] is False and "4.0 GB" in room["detail_json"]["line"]
     assert by_kind[vocab.WARMUP_FAILED]["detail_json"] == {
         "error": "warm-up failed",
         "warmup": [{"ok": False}],

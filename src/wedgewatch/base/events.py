@@ -14,6 +14,7 @@ fields as a dict for records and tests.
     │                         /health did not answer 200 (life_id, request_id, outcome, health)
     └── SupervisorEvent       from the supervisor of one server (member: its name in a pool)
         ├── GaveUp            the restart budget is spent: no more lives (reason, error)
+        ├── StandbyRoom       at start: whether memory holds a spare engine (on, line, figures)
         └── ServerEvent       about one life (life_id)
             ├── ServerStarting    a life is being started: its ledger row's fields (reason,
             │                     profile, argv, flags, base_url, pid, log_path)
@@ -30,6 +31,7 @@ fields as a dict for records and tests.
             ├── Drained           ... and is done waiting (reason, left, waited)
             ├── RestartSkipped    a restart asked of a server nobody can restart (reason, why)
             ├── Restarting        a life is being replaced (reason); sent before its group dies
+            ├── Promoted          a spare life serves now, in place of ``replaced`` (reason)
             └── LifeEnded         its process is gone (reason, exit_code, its age)
 
 Every supervisor fact is one of these, published once: the ledger's rows of it (``server_lives``,
@@ -137,6 +139,17 @@ class GaveUp(SupervisorEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StandbyRoom(SupervisorEvent):
+    """At start, with ``server.standby``: whether a spare engine fits beside the serving one
+    (``on``), the line that says so with the arithmetic, and its figures (supervisor/room.py)."""
+
+    kind: ClassVar[str] = vocab.STANDBY_ROOM
+    on: bool
+    line: str
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ServerEvent(SupervisorEvent):
     life_id: str
 
@@ -237,6 +250,22 @@ class RestartSkipped(ServerEvent):
 class Restarting(ServerEvent):
     kind: ClassVar[str] = vocab.RESTART
     reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Promoted(ServerEvent):
+    """A spare life (``server.standby``, its ``life_id``) serves from now on in place of the life
+    ``replaced`` (None: there was none, the last one had ended already), for ``reason`` (the
+    restart's). ``idle`` is how long the spare had been ready; ``woke`` how long waking it from
+    sleep took (None: it was awake). ``planned``: a handover (a recycle, a remote restart), for
+    which no ``Restarting`` was published: the replaced life ends once its requests are done."""
+
+    kind: ClassVar[str] = vocab.PROMOTED
+    replaced: str | None
+    reason: str
+    idle: float
+    woke: float | None = None
+    planned: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -187,6 +187,11 @@ CANARY = "canary"
 DRAIN = "drain"
 DRAINED = "drained"
 API_ERRORS = "api_errors"
+PROMOTED = "promoted"
+"""A spare life (``server.standby``) took the place of the serving one: the replaced life, why, and
+how long the spare had been ready."""
+STANDBY_ROOM = "standby_room"
+"""At start: whether memory holds a spare engine beside the serving one, with the arithmetic."""
 EVENT_KINDS = frozenset(
     {
         WEDGE,
@@ -200,6 +205,8 @@ EVENT_KINDS = frozenset(
         DRAIN,
         DRAINED,
         API_ERRORS,
+        PROMOTED,
+        STANDBY_ROOM,
     }
 )
 """The supervisor's facts that are ``events`` rows (supervisor/recorder.py writes them)."""
@@ -212,7 +219,8 @@ requests in flight, which the ledger does not hold."""
 # --- why a server life started (``server_lives.start_reason``) and ended (``server_life_ends``) --
 # A life starts for an execution's start (FIRST_LIFE), after a failed start (start_failed,
 # warmup_failed), or to replace one: wedge, crash, api_errors, the recycles, remote_restart, which
-# are then also the replaced life's end reason. A life also ends with stop, detached, port_busy,
+# are then also the replaced life's end reason; or as a spare (standby), whose promotion replaces
+# one (the replaced life ends with the promotion's reason). A life also ends with stop, detached, port_busy,
 # start_failed, warmup_failed, crash (with restart_on_crash off), and, left by a dead runner,
 # orphaned, lost or elsewhere.
 
@@ -221,6 +229,9 @@ ADOPTED = "adopted"
 """A server we did not start (``fresh = false``, or an ``external`` one without a restart hook)."""
 FIRST_LIFE = (RUN_START, ADOPTED)
 """Start reasons of an execution's first life: every other start is a restart."""
+STANDBY = "standby"
+"""A spare life started beside the serving one (``server.standby``): no restart by itself; its
+promotion is one (a ``promoted`` event, whose reason the replaced life ends with)."""
 RECYCLE_INSTANCES = "recycle_instances"
 """A planned restart after ``recycle_every_instances`` instances: not counted against
 ``max_restarts``, and no failure of the life."""

@@ -151,6 +151,12 @@ def sim(
             "/health_generate, and its frozen scheduler's 503 after 20 s)."
         ),
     ] = "vllm",
+    enable_sleep_mode: Annotated[
+        bool,
+        typer.Option(
+            help="vLLM's sleep mode: POST /sleep and /wake_up, GET /is_sleeping (with VLLM_SERVER_DEV_MODE=1)."
+        ),
+    ] = False,
 ) -> None:
     """An OpenAI-compatible server shaped like vLLM that stalls, trickles, crashes and wedges on
     purpose, by a scripted or stochastic fault model (docs/simulator.md). Unknown vLLM flags are
@@ -195,6 +201,7 @@ def sim(
         fault_log=str(fault_log) if fault_log is not None else None,
         dialect=dialect,
         api_key=api_key or None,
+        sleep_mode=enable_sleep_mode,
     )
     code = serve(opts, on_listening)
     if code:

@@ -28,6 +28,15 @@ class WarmupConfig(Section):
     kind compiles or loads something (log probabilities, a LoRA adapter, a grammar: seconds on a
     CPU) pays for it here, before the wedge detection watches it, not in a step so long that it
     reads as a wedge."""
+    every_model: bool = True
+    """Warm every name the server serves, not the base model alone: each LoRA adapter in
+    `server.lora_modules` gets the warm-up's requests too (an adapter's first request loads it)."""
+    shapes: list[Literal["logprobs", "json", "tools"]] = Field(default_factory=list)
+    """Request shapes the run will use, each warmed once per served name after the plain requests:
+    `logprobs` (log probabilities, top 1), `json` (structured output, `response_format`
+    `json_object`), `tools` (a tool the model must call, `tool_choice = "required"`). On vLLM's CPU
+    build the first request with log probabilities under LoRA took 7.6 s, each after it 0.3-0.5 s
+    (docs/supervisor.md, "Warm-up")."""
 
 
 class ServerConfig(Section):
@@ -128,6 +137,22 @@ class ServerConfig(Section):
     counted against `run.attempts`). 0: restart at once."""
     fresh: bool = True
     """Start a fresh server for every run; false reuses a running one (the 'used server' arm)."""
+    standby: int = Field(0, ge=0, le=1)
+    """Spare lives kept started, ready and warmed beside the serving one (0 or 1). A wedge, a crash,
+    too many API errors, a recycle or a remote restart promotes the spare at once (the requests
+    held for the next life go to it) and a new spare starts behind it. Refused at start, with the
+    arithmetic, where memory does not hold two engines; needs a server wedgewatch starts
+    (docs/supervisor.md, "Standby")."""
+    standby_sleep: bool = False
+    """vLLM on a GPU: the spare sleeps once warmed (vLLM's sleep mode, level 1: weights moved to
+    CPU memory, KV cache freed) and is woken when promoted. Adds `--enable-sleep-mode` and
+    `VLLM_SERVER_DEV_MODE=1` to the spare (its `/sleep` and `/wake_up` routes open: loopback
+    only). vLLM's CPU build refuses sleep mode."""
+    cache_dir: str = "~/.cache/wedgewatch/engine"
+    """Where every life keeps the engine's compile and kernel caches (vLLM's `VLLM_CACHE_ROOT`,
+    torch inductor's, Triton's, FlashInfer's), so a fresh process starts with warm caches: a
+    persistent directory, shared by every life of every run. A variable set in `env` (or in
+    wedgewatch's own environment) wins; "" leaves each engine its own default."""
     max_restarts: int = Field(10, ge=0)
     """Restarts allowed in one run before giving up with a clear error."""
     restart_backoff: float = Field(2.0, ge=0)

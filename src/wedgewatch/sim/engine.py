@@ -95,6 +95,7 @@ class SimOptions:
     fault_log: str | None = None  # JSONL: one line per request a fault or the wedge struck
     dialect: str = "vllm"  # whose metric names and health endpoints: vllm, or sglang (sim/sglang.py)
     api_key: str | None = None  # vLLM's --api-key: every route but /health wants it (wire/access.py)
+    sleep_mode: bool = False  # vLLM's --enable-sleep-mode: /sleep and /wake_up in dev mode (sim/sleep.py)
 
 
 class Histogram:
@@ -166,6 +167,10 @@ class Stats:
     faults: dict[str, int] = field(default_factory=dict)
     tokens_generated: int = 0
     broken: int = 0  # answered with a broken reply (sim/broken.py): HTML, not JSON, cut, endless
+    sleeps: int = 0
+    wakes: int = 0
+    by_model: dict[str, int] = field(default_factory=dict)  # requests by the served name asked for
+    by_shape: dict[str, int] = field(default_factory=dict)  # logprobs, response_format, tools asked
 
 
 class Engine:
@@ -199,6 +204,7 @@ class Engine:
             self.m, self.max_num_seqs, scenario.server.kv_cache_tokens, self.token_rate, time.monotonic
         )
         self._prefixes: set[int] = set()
+        self.asleep = False  # sim/sleep.py
 
     # --- readiness and the wedge -----------------------------------------------------------------
 
@@ -321,6 +327,11 @@ class Engine:
             "wedge_cause": self.wedge_cause or None,
             "livelocked": self.livelocked,
             "broken": s.broken,
+            "sleeps": s.sleeps,
+            "wakes": s.wakes,
+            "asleep": self.asleep,
+            "by_model": dict(s.by_model),
+            "by_shape": dict(s.by_shape),
             "requests_served": s.completed,
             "tokens_generated": s.tokens_generated,
             "age_requests": self.age_requests,

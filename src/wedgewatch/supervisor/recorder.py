@@ -24,11 +24,13 @@ from wedgewatch.base.events import (
     EventBus,
     GaveUp,
     LifeEnded,
+    Promoted,
     Restarting,
     RestartSkipped,
     ServerEvent,
     ServerReady,
     ServerStarting,
+    StandbyRoom,
     StartFailed,
     SupervisorEvent,
     Wedged,
@@ -126,7 +128,7 @@ def _row(ev: SupervisorEvent, run_id: str | None) -> tuple[str, dict[str, Any]]:
     if ev.kind not in EVENT_KINDS:
         return "", {}
     detail = _detail(ev)
-    life_id = ev.life_id if isinstance(ev, ServerEvent) else None  # GaveUp: the run's row
+    life_id = ev.life_id if isinstance(ev, ServerEvent) else None  # GaveUp, StandbyRoom: the run's row
     return "events", {
         "ts": ev.ts,
         "kind": ev.kind,
@@ -162,4 +164,14 @@ def _detail(ev: SupervisorEvent) -> dict[str, Any]:
             return {**ev.result, "trigger": ev.trigger}
         case CanarySkipped():
             return {"skipped": ev.why, "trigger": ev.trigger, **ev.load}
+        case Promoted():
+            return {
+                "replaced": ev.replaced,
+                "reason": ev.reason,
+                "idle": ev.idle,
+                "woke": ev.woke,
+                "planned": ev.planned,
+            }
+        case StandbyRoom():
+            return {"on": ev.on, "line": ev.line, **ev.figures}
     raise TypeError(f"{type(ev).__name__} is of kind {ev.kind}, an events row, and has no detail here")

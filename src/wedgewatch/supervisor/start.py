@@ -19,7 +19,7 @@ from wedgewatch.base.events import EventBus, ServerStarting
 from wedgewatch.base.protocols import ServerProcess
 from wedgewatch.base.vocab import ADOPTED
 from wedgewatch.config import ServerConfig
-from wedgewatch.supervisor import probes, profiles
+from wedgewatch.supervisor import caches, probes, profiles, warmup
 from wedgewatch.supervisor.detector import WedgeDetector
 from wedgewatch.supervisor.life import Life, new_life_id
 from wedgewatch.supervisor.process import (
@@ -101,19 +101,21 @@ class Starter:
         )
         return life
 
-    def launch(self, reason: str) -> Life:
-        """Start a process of our own: its own group, its own log file."""
+    def launch(self, reason: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Life:
+        """Start a process of our own: its own group, its own log file, the shared engine caches
+        (caches.py); ``env`` and ``args`` are a life's own (a spare's cores and sleep mode)."""
         cfg = self.cfg
         port = cfg.port or free_port(cfg.host)
         if cfg.port and port_busy(cfg.host, port):
             raise PortBusyError(
                 f"port {port} on {cfg.host} is already in use: stop what holds it or set server.port = 0"
             )
-        argv = profiles.launch_argv(cfg, self.profile, cfg.host, port)
+        argv = [*profiles.launch_argv(cfg, self.profile, cfg.host, port), *args]
         life_id = new_life_id()
         log_path = Path(cfg.log_dir) / f"{life_id}.log"
         secrets = redact.secret_values(argv, cfg.env)  # masked in its log as it prints them
-        proc = LocalServer(argv, f"http://{cfg.host}:{port}", log_path, cfg.env, secrets)
+        full = {**caches.env(cfg), **cfg.env, **(env or {})}
+        proc = LocalServer(argv, f"http://{cfg.host}:{port}", log_path, full, secrets)
         try:
             proc.start()
         except OSError as exc:
@@ -197,26 +199,27 @@ class Starter:
         return f"; last lines of {life.log_path}:\n{redact.text(log_tail(life.log_path, 20))}"
 
     async def warm_up(self, life: Life) -> None:
-        """The warm-up requests, one after another, each under its own deadline: ``count`` of the
-        prompt, then one of each kind in ``requests``."""
+        """The warm-up requests (warmup.py: every served name, then each request shape), one
+        after another, each under its own deadline."""
         w = self.cfg.warmup
-        kinds: list[dict[str, Any] | None] = [None] * w.count + list(w.requests)
-        for i, extra in enumerate(kinds):
+        steps = warmup.plan(self.cfg)
+        for i, step in enumerate(steps):
             res = await probes.generate(
                 self._http(),
                 life.base_url,
-                self.model,
+                step.model,
                 w.prompt,
                 w.max_tokens,
                 w.timeout,
                 self.headers,
-                extra,
+                step.extra,
             )
             life.own_requests += 1
-            life.warmup.append(res.as_dict())
+            life.warmup.append({**res.as_dict(), **step.label()})
             if not res.ok:
                 self.check_exited(life)
-                raise WarmupError(f"warm-up request {i + 1} of {len(kinds)} failed: {res.error}")
+                what = f"{step.model!r}" + (f", {step.shape}" if step.shape else "")
+                raise WarmupError(f"warm-up request {i + 1} of {len(steps)} ({what}) failed: {res.error}")
 
     async def canary(self, life: Life) -> probes.ProbeResult:
         res = await probes.canary(
@@ -253,6 +256,8 @@ class Starter:
             "lora_modules": sorted(c.lora_modules),
             "fresh": c.fresh,
             "warmup": c.warmup.model_dump(),
+            "standby": c.standby,
+            "cache_dir": c.cache_dir,
             "scenario": c.scenario if c.profile == "sim" else None,
             "time_scale": c.time_scale if c.profile == "sim" else None,
             "env_keys": sorted(c.env),

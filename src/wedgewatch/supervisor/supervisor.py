@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import aiohttp
@@ -29,6 +29,7 @@ from wedgewatch.base.events import (
     EventBus,
     GaveUp,
     LifeEnded,
+    Promoted,
     Restarting,
     RestartSkipped,
     ServerReady,
@@ -41,13 +42,15 @@ from wedgewatch.base.vocab import ADOPTED, CRASH, DETACHED, PORT_BUSY, RUN_START
 from wedgewatch.config import ServerConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.supervisor import profiles
-from wedgewatch.supervisor.drain import drain
+from wedgewatch.supervisor.drain import drain, retire
 from wedgewatch.supervisor.evidence import capture as capture_evidence
 from wedgewatch.supervisor.evidence import evidence_dir
 from wedgewatch.supervisor.life import Life, server_key
 from wedgewatch.supervisor.policy import RestartPolicy
 from wedgewatch.supervisor.process import UNKNOWN_EXIT, HookServer, log_tail
 from wedgewatch.supervisor.recorder import Recorder
+from wedgewatch.supervisor.room import BIND_ENV
+from wedgewatch.supervisor.standby import Standby
 from wedgewatch.supervisor.start import Starter
 from wedgewatch.supervisor.tasks import Background, call_in_loop
 from wedgewatch.supervisor.watcher import PROBE_SLACK, Reports, Watcher
@@ -115,6 +118,8 @@ class Supervisor:
         # Work in flight on the server (the runner sets it to its attempts in flight): a planned
         # recycle waits for it to reach 0. Nothing set: recycle at once.
         self.busy: Callable[[], int] = lambda: 0
+        # The spare life beside the serving one (standby.py), when asked for and ours to start.
+        self.standby = Standby(self) if cfg.standby and self.profile.owned else None
 
     # --- the Upstream protocol and what the runner reads ------------------------------------
 
@@ -141,6 +146,14 @@ class Supervisor:
     def life(self) -> LifeInfo | None:
         return self._life.info(self.clock()) if self._life else None
 
+    # --- what the spare (standby.Host) and a drain use -----------------------------------------
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return self._bg.spawn(coro)
+
+    async def end(self, life: Life, reason: str) -> None:
+        await self._end(life, reason)
+
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -151,6 +164,8 @@ class Supervisor:
             connector = aiohttp.TCPConnector(force_close=True)
             self.starter.session = aiohttp.ClientSession(connector=connector)
         try:
+            if self.standby is not None:
+                await self.standby.check()  # said before the first life: its cores depend on it
             async with self._lock:
                 await self._first_life()
         except BaseException:
@@ -183,10 +198,17 @@ class Supervisor:
         return self._failure or ServerDown("the supervisor is stopped")
 
     async def restart(self, reason: str) -> None:
-        """Restart the current life now (counts against ``max_restarts``)."""
+        """Restart the current life now (counts against ``max_restarts``). With a ready spare the
+        spare serves at once and the old life ends once what it holds is done (a handover)."""
         life = self._life
         if life is None:
             await self.wait_ready()  # a restart is already under way
+            return
+        if (
+            self.standby is not None
+            and self.standby.ready()
+            and await self._handover(reason, life, counted=True)
+        ):
             return
         await self._restart(reason, life)
 
@@ -195,6 +217,8 @@ class Supervisor:
         self._stopping = True
         self._notify()
         await self._bg.cancel_all()
+        if self.standby is not None:
+            await self.standby.stop()
         async with self._lock:
             life, self._life = self._life, None
             if life is not None:
@@ -253,7 +277,9 @@ class Supervisor:
         port_retries = 0
         while True:
             if self.profile.owned:
-                life = self.starter.launch(reason)
+                env = self.standby.env() if self.standby is not None else {}
+                life = self.starter.launch(reason, env=env)
+                life.cores = env.get(BIND_ENV)
             else:
                 life = self.starter.external(reason, run_hook)
             try:
@@ -289,7 +315,7 @@ class Supervisor:
     async def _make_ready(self, life: Life) -> None:
         await self.starter.await_ready(life)
         await self.starter.warm_up(life)
-        life.ready = True
+        life.ready, life.ready_at = True, self.clock()
         self._life = life
         self._last_url = life.base_url
         self.policy.life_ready()
@@ -304,6 +330,8 @@ class Supervisor:
         )
         life.watch_task = self._bg.spawn(self.watcher.watch(life))
         self._notify()
+        if self.standby is not None:
+            self.standby.keep()
 
     # --- ending a life and restarting ---------------------------------------------------------
 
@@ -358,13 +386,22 @@ class Supervisor:
             # Published before the group dies: the runner marks the attempts in flight.
             self.bus.publish(Restarting(member=self.cfg.name, life_id=life.life_id, reason=reason))
             self._life = None
-            await self._end(life, reason)
             try:
                 if counted:
                     self.policy.count(ServerError(reason), reason)
+                # A spare is promoted before the old life is ended: what waits for the next life
+                # goes to it at once, while the old group is still being stopped.
+                spare = await self.standby.take() if self.standby is not None else None
+                if spare is not None:
+                    self._promote(*spare, life, reason, planned=False)
+                await self._end(life, reason)
+                if spare is not None and self.standby is not None:
+                    self.standby.keep()
+                    return
                 await self.starter.wait_port_free()
                 await self._bring_up(reason)
             except ServerError as exc:
+                await self._end(life, reason)  # when the budget was spent before it ended
                 self._failure = exc
                 self.bus.publish(GaveUp(member=self.cfg.name, reason=reason, error=str(exc)[-2000:]))
                 log.error("supervisor gave up: %s", exc)
@@ -373,9 +410,73 @@ class Supervisor:
 
     async def _recycle(self, reason: str, life: Life) -> None:
         """A planned restart, after a drain (drain.py): what is still in flight then is ended by
-        the restart, and requeued by the runner."""
+        the restart, and requeued by the runner. With a ready spare, a handover instead."""
+        if (
+            self.standby is not None
+            and self.standby.ready()
+            and await self._handover(reason, life, counted=False)
+        ):
+            return
         await drain(life, reason, self)
         await self._restart(reason, life, counted=False)
+
+    async def _handover(self, reason: str, life: Life, counted: bool) -> bool:
+        """A planned restart with a ready spare: the spare serves at once (new requests and new
+        attempts go to it; an attempt under way goes on there with its next request), and the
+        old life ends in the background once the requests it holds are done (``drain.retire``).
+        No ``Restarting``: the old life's attempts are not cut. False when no spare could be
+        taken after all, or the restart budget is spent (the caller restarts as without one)."""
+        async with self._lock:
+            if self._stopping or life is not self._life:
+                return True  # a stale request: that life is gone already
+            if counted:
+                try:
+                    self.policy.count(ServerError(reason), reason)
+                except ServerError:
+                    self.policy.restarts -= 1  # the caller's restart counts it, and gives up
+                    return False
+            spare = await self.standby.take() if self.standby is not None else None
+            if spare is None:
+                if counted:
+                    self.policy.restarts -= 1
+                return False
+            self._promote(*spare, life, reason, planned=True)
+        self._bg.spawn(self._retire(life, reason))
+        return True
+
+    async def _retire(self, life: Life, reason: str) -> None:
+        """The replaced life of a handover: ended once idle (or wedged, crashed, or too slow),
+        and then a new spare behind the promoted one."""
+        try:
+            await retire(life, reason, self, self.watcher.view)
+        finally:
+            await self._end(life, CRASH if life.crashed else WEDGE if life.wedged else reason)
+        if self.standby is not None:
+            self.standby.keep()
+
+    def _promote(self, spare: Life, woke: float | None, old: Life | None, reason: str, planned: bool) -> None:
+        """The spare serves from now on (its ready event was published when it became ready)."""
+        self._life = spare
+        self._last_url = spare.base_url
+        self.policy.life_ready()
+        now = self.clock()
+        idle = round(now - (spare.ready_at if spare.ready_at is not None else now), 4)
+        self.bus.publish(
+            Promoted(
+                member=self.cfg.name,
+                life_id=spare.life_id,
+                replaced=old.life_id if old is not None else None,
+                reason=reason,
+                idle=idle,
+                woke=woke,
+                planned=planned,
+            )
+        )
+        log.warning(
+            "spare life %s serves in place of %s (%s)", spare.life_id, old.life_id if old else None, reason
+        )
+        spare.watch_task = self._bg.spawn(self.watcher.watch(spare))
+        self._notify()
 
     # --- watching ------------------------------------------------------------------------------
 
