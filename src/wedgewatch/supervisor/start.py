@@ -256,7 +256,7 @@ class Starter:
             "lora_modules": sorted(c.lora_modules),
             "fresh": c.fresh,
             "warmup": c.warmup.model_dump(),
-            "standby": c.standby,
+            "spare_lives": c.standby,
             "cache_dir": c.cache_dir,
             "scenario": c.scenario if c.profile == "sim" else None,
             "time_scale": c.time_scale if c.profile == "sim" else None,
