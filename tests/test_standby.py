@@ -19,10 +19,13 @@ import pytest
 from test_supervisor import WEDGE, Recorded, config, rows, start, stream
 from wedgewatch.base.errors import ConfigError
 from wedgewatch.base.events import Event
-from wedgewatch.base.vocab import CRASH, PROMOTED, RECYCLE_INSTANCES, STANDBY, WEDGE as WEDGE_WORD
+from wedgewatch.base.vocab import CRASH, PROMOTED, RECYCLE_INSTANCES, STANDBY
+from wedgewatch.base.vocab import WEDGE as WEDGE_WORD
+from wedgewatch.config import ServerConfig, WarmupConfig
 from wedgewatch.ledger import Ledger
-from wedgewatch.supervisor import Supervisor
-from wedgewatch.supervisor.process import group_alive
+from wedgewatch.supervisor import Supervisor, caches
+from wedgewatch.supervisor.process import AdoptedServer, group_alive
+from wedgewatch.supervisor.room import BIND_ENV, Room
 from wedgewatch.testing import eventually_async
 
 pytestmark = pytest.mark.timeout(120)
@@ -224,3 +227,50 @@ def test_a_standby_that_cannot_be_is_a_config_error(
     with pytest.raises(ConfigError) as err:
         Supervisor(config(tmp_path, **fields))
     assert field in str(err.value) and says in str(err.value)
+
+
+async def test_the_warm_up_covers_every_served_name_and_each_shape(tmp_path: Path, ledger: Ledger) -> None:
+    """The base model and each adapter get the plain warm-up requests, then each shape once per
+    name; the server saw exactly those (its own count), and the ready row says what each warmed."""
+    warmup = WarmupConfig(count=2, max_tokens=4, timeout=10.0, shapes=["logprobs", "json", "tools"])
+    adapters = {"ada": str(tmp_path), "bob": str(tmp_path)}
+    sup, _ = await start(config(tmp_path, warmup=warmup, lora_modules=adapters), ledger)
+    try:
+        stats = await _stats(sup.base_url)
+    finally:
+        await sup.stop()
+    # The readiness canary asks the base model once more.
+    assert stats["by_model"] == {"sim-model": 2 + 3 + 1, "ada": 2 + 3, "bob": 2 + 3}
+    assert stats["by_shape"] == {"logprobs": 3, "response_format": 3, "tools": 3}
+    (row,) = rows(ledger, "SELECT warmup_json FROM server_life_view")
+    done = [(w["model"], w["shape"]) for w in json.loads(row["warmup_json"]) if w["ok"]]
+    names = ["sim-model", "ada", "bob"]
+    assert done == [(n, None) for n in names for _ in range(2)] + [
+        (n, s) for s in ("logprobs", "json", "tools") for n in names
+    ]
+
+
+def test_a_new_life_takes_the_cpus_no_other_live_life_holds(tmp_path: Path) -> None:
+    sup = Supervisor(config(tmp_path, standby=1))
+    assert sup.standby is not None
+    sup.standby.room = Room(True, "", cores=("0-3", "4-7"))
+    assert sup.standby.env() == {BIND_ENV: "0-3"}  # the first life
+    sup._life = sup.starter.new_life(AdoptedServer("http://127.0.0.1:1", None), [], "run_start", owned=False)
+    sup._life.cores = "0-3"
+    assert sup.standby.env() == {BIND_ENV: "4-7"}  # its spare
+    sup._life.cores = "4-7"  # the spare promoted, the old life ended
+    assert sup.standby.env() == {BIND_ENV: "0-3"}
+    sup.standby.off = True  # refused at start: no binding at all
+    assert sup.standby.env() == {}
+
+
+def test_every_life_of_a_compiling_engine_shares_the_caches_in_cache_dir(tmp_path: Path) -> None:
+    cfg = ServerConfig(profile="vllm", cache_dir=str(tmp_path / "c"), env={"TRITON_CACHE_DIR": "/mine"})
+    got = caches.env(cfg, outer={"FLASHINFER_WORKSPACE_BASE": "/theirs"})
+    assert got == {
+        "VLLM_CACHE_ROOT": str(tmp_path / "c" / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c" / "torchinductor"),
+    }, "what the user set is theirs"
+    assert (tmp_path / "c" / "vllm").is_dir()
+    assert caches.env(ServerConfig(profile="llamacpp", cache_dir=str(tmp_path)), outer={}) == {}
+    assert caches.env(ServerConfig(profile="vllm", cache_dir=""), outer={}) == {}

@@ -23,6 +23,7 @@ memory keep the standby on, unchecked, and the line says which figure was missin
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import subprocess
@@ -173,7 +174,7 @@ def gpu_room(cfg: ServerConfig, m: Machine, weights: int | None) -> Room:
     if 2 * share + others > device:
         line = (
             f"standby refused: {terms} > {_gb(device)} GB (two engines need "
-            f"--gpu-memory-utilization {max(fit - 0.005, 0.0):.2f} or less); running without a spare"
+            f"--gpu-memory-utilization {math.floor(fit * 100) / 100:.2f} or less); running without a spare"
         )
         return Room(False, line, figures)
     if weights is None:
