@@ -16,13 +16,16 @@ from typing import Any
 import aiohttp
 import pytest
 
+from test_runner_sim import IDS, attempts_of, write_config
 from test_supervisor import WEDGE, Recorded, config, rows, start, stream
+from wedgewatch.analysis.summary import summarise
 from wedgewatch.base.errors import ConfigError
 from wedgewatch.base.events import Event
-from wedgewatch.base.vocab import CRASH, PROMOTED, RECYCLE_INSTANCES, STANDBY
+from wedgewatch.base.vocab import CRASH, OK, PROMOTED, RECYCLE_INSTANCES, STANDBY
 from wedgewatch.base.vocab import WEDGE as WEDGE_WORD
-from wedgewatch.config import ServerConfig, WarmupConfig
+from wedgewatch.config import ServerConfig, WarmupConfig, load_config
 from wedgewatch.ledger import Ledger
+from wedgewatch.runner import entry as runner_main
 from wedgewatch.supervisor import Supervisor, caches
 from wedgewatch.supervisor.process import AdoptedServer, group_alive
 from wedgewatch.supervisor.room import BIND_ENV, Room
@@ -274,3 +277,29 @@ def test_every_life_of_a_compiling_engine_shares_the_caches_in_cache_dir(tmp_pat
     assert (tmp_path / "c" / "vllm").is_dir()
     assert caches.env(ServerConfig(profile="llamacpp", cache_dir=str(tmp_path)), outer={}) == {}
     assert caches.env(ServerConfig(profile="vllm", cache_dir=""), outer={}) == {}
+
+
+def test_a_recycle_in_the_middle_of_a_run_fails_no_request(tmp_path: Path) -> None:
+    """A run on the simulator recycling after every instance, with a spare: each recycle hands
+    over to a ready spare while attempts are in flight, and no request fails (the watchdog's
+    ``fail``: a cut request would be an API error here, not resumed out of sight)."""
+    server = "recycle_every_instances = 1\nstandby = 1"
+    cfg = load_config(
+        write_config(tmp_path, ids=IDS[:4], concurrency=2, server=server, deadline=200.0, wedge_window=200.0)
+    )
+    cfg.watchdog.on_wedge = "fail"
+    ex = runner_main.start(cfg, run_id="handover")
+    assert ex.end_mark == "finished"
+    with Ledger(cfg.run.ledger) as lg:
+        att = attempts_of(lg, "handover")
+        requests = [dict(r) for r in lg.query("SELECT outcome, life_id FROM requests")]
+        promoted = [
+            json.loads(r["detail_json"]) for r in lg.query("SELECT * FROM events WHERE kind = ?", (PROMOTED,))
+        ]
+        summary = summarise(lg, "handover")
+    assert promoted and all(p["planned"] and p["reason"] == RECYCLE_INSTANCES for p in promoted)
+    assert {r["outcome"] for r in requests} == {OK}, requests
+    assert all([a["status"] for a in rows] == ["submitted"] for rows in att.values()), att
+    # Requests ran on more than one life: the handovers happened under the run, not after it.
+    assert len({r["life_id"] for r in requests}) >= 2
+    assert summary["server"]["restart_reasons"].get(RECYCLE_INSTANCES, 0) >= len(promoted)

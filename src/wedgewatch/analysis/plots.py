@@ -23,10 +23,12 @@ from wedgewatch.base.vocab import (
     HARNESS_ERROR,
     INTERRUPTED,
     OK,
+    PROMOTED,
     RUNNING,
     STALL_KINDS,
     STALL_MIDSTREAM,
     STALL_TTFT,
+    STANDBY,
     STOP,
     SUBMITTED,
     TOTAL_TIMEOUT,
@@ -113,9 +115,11 @@ def _markers(ax: Any, rd: RunData) -> None:
         seen.add(label)
 
     for lv in rd.lives:
-        if lv["start_reason"] not in FIRST_LIFE:
+        if lv["start_reason"] not in (*FIRST_LIFE, STANDBY):
             vline(lv["t_start"], "server restart", color="#1d3557", ls="--", lw=1)
     for ev in rd.events:
+        if ev["kind"] == PROMOTED:  # a spare took over: the restart is that moment, not its start
+            vline(ev["t"], "server restart", color="#1d3557", ls="--", lw=1)
         if ev["kind"] in (WEDGE, CRASH):
             vline(ev["t"], ev["kind"], color=_end_color(ev["kind"]), ls="-", lw=1.5)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wedgewatch.analysis.summary import summarise
-from wedgewatch.base.vocab import CRASH, GAVE_UP, IN_FLIGHT, RESTART, WEDGE, sql_list
+from wedgewatch.base.vocab import CRASH, GAVE_UP, IN_FLIGHT, PROMOTED, RESTART, WEDGE, sql_list
 from wedgewatch.ledger import queries
 from wedgewatch.ledger.store import Ledger
 
@@ -91,7 +91,7 @@ def load_run(ledger: Ledger, run_id: str | None = None) -> RunData:
         {**dict(r), "t": r["ts"] - t0, "detail": json.loads(r["detail_json"] or "{}")}
         for r in ledger.query(
             "SELECT id, ts, kind, life_id, attempt_id, detail_json FROM events WHERE "
-            f"kind IN ({sql_list((WEDGE, CRASH, RESTART, GAVE_UP))}) AND (run_id = ? OR (run_id IS NULL AND "
+            f"kind IN ({sql_list((WEDGE, CRASH, RESTART, GAVE_UP, PROMOTED))}) AND (run_id = ? OR (run_id IS NULL AND "
             "life_id IN (SELECT life_id FROM server_lives WHERE run_id = ?))) ORDER BY id",
             (rid, rid),
         )

@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from typing import Any
 
+from wedgewatch.analysis import replacements
 from wedgewatch.analysis.retries import recovered_instances
 from wedgewatch.analysis.stats import rate
 from wedgewatch.base.vocab import (
@@ -18,7 +19,6 @@ from wedgewatch.base.vocab import (
     CREATED,
     EARLY_STOP,
     EMPTY_PATCH,
-    FIRST_LIFE,
     INFRA_FAILED,
     INTERRUPTED,
     MODEL_OUTCOMES,
@@ -72,8 +72,9 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
     lives = queries.server_lives(ledger, rid)
     # A life started for any other reason than the start of an execution (a resume starts a
     # fresh server too) is a restart: wedge, crash, api_errors, recycle_*, start_failed, ...
-    restarts = [lv for lv in lives if lv["start_reason"] not in FIRST_LIFE]
-    restart_seconds = sum((lv["ready_seconds"] or 0.0) for lv in restarts)
+    spares = replacements.promoted(ledger, rid)
+    restarts = replacements.restarts(lives, spares)
+    restart_seconds = replacements.seconds(restarts, spares)
     events = queries.events_by_kind(ledger, rid)
     marks = queries.run_marks(ledger, rid)
     ends = [m for m in marks if m["kind"] in RUN_ENDED]
@@ -117,7 +118,7 @@ def summarise(ledger: Ledger, run_id: str | None = None) -> dict[str, Any]:
         "server": {
             "lives": len(lives),
             "restarts": len(restarts),
-            "restart_reasons": dict(Counter(lv["start_reason"] for lv in restarts)),
+            "restart_reasons": replacements.reasons(restarts, spares),
             "wedges": events.get(WEDGE, 0),
             "crashes": events.get(CRASH, 0),
             "by_member": _by_member(lives, restarts),

@@ -14,12 +14,12 @@ import json
 from collections import Counter
 from typing import Any
 
+from wedgewatch.analysis import replacements
 from wedgewatch.analysis.retries import recovered
 from wedgewatch.analysis.tags import UNTAGGED_HINT, by_tag, untagged
 from wedgewatch.analysis.text import table
 from wedgewatch.base.vocab import (
     CRASH,
-    FIRST_LIFE,
     INFRA_FAILED,
     OK,
     RECOVERED,
@@ -61,7 +61,9 @@ def summarise(ledger: Ledger, harness_run_id: str) -> dict[str, Any]:
     retried_ok = recovered(rows)
     failed = [r for r in rows if is_infra_outcome(str(r["outcome"]))]
     lives = queries.server_lives(ledger, harness_run_id)
-    restarts = [lv for lv in lives if lv["start_reason"] not in FIRST_LIFE]
+    spares = replacements.promoted(ledger, harness_run_id)
+    restarts = replacements.restarts(lives, spares)
+    restarted = {lv["life_id"] for lv in restarts}
     events = queries.events_by_kind(ledger, harness_run_id)
     tags = by_tag(rows, retried_ok)
     members: dict[str, dict[str, int]] = {}
@@ -69,7 +71,7 @@ def summarise(ledger: Ledger, harness_run_id: str) -> dict[str, Any]:
         if lv["member"] is not None:
             m = members.setdefault(str(lv["member"]), {"lives": 0, "restarts": 0})
             m["lives"] += 1
-            m["restarts"] += lv["start_reason"] not in FIRST_LIFE
+            m["restarts"] += lv["life_id"] in restarted
     ended = run["ended_at"]
     return {
         "run_id": harness_run_id,
@@ -96,7 +98,7 @@ def summarise(ledger: Ledger, harness_run_id: str) -> dict[str, Any]:
         "server": {
             "lives": len(lives),
             "restarts": len(restarts),
-            "restart_reasons": dict(Counter(lv["start_reason"] for lv in restarts)),
+            "restart_reasons": replacements.reasons(restarts, spares),
             "wedges": events.get(WEDGE, 0),
             "crashes": events.get(CRASH, 0),
             "by_member": members,
@@ -109,7 +111,7 @@ def summarise(ledger: Ledger, harness_run_id: str) -> dict[str, Any]:
         },
         "infra_time": {
             "failed_request_seconds": round(sum(float(r["duration"] or 0.0) for r in failed), 3),
-            "restart_seconds": round(sum(float(lv["ready_seconds"] or 0.0) for lv in restarts), 3),
+            "restart_seconds": round(replacements.seconds(restarts, spares), 3),
         },
     }
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from wedgewatch import __version__
 from wedgewatch.base.errors import BadInput, LedgerConflict, ServerError, SuiteError
-from wedgewatch.base.events import Event, Restarting, Stalled
+from wedgewatch.base.events import Event, Promoted, Restarting, Stalled
 from wedgewatch.base.protocols import SandboxFactory
 from wedgewatch.base.vocab import (
     ABORTED,
@@ -255,7 +255,9 @@ async def execute(
     resumes = eff.watchdog.enabled and not eff.watchdog.record_only and eff.watchdog.on_wedge == "resume"
 
     def on_event(ev: Event) -> None:
-        if isinstance(ev, Restarting):
+        if isinstance(ev, Promoted) and ev.planned:
+            ctx.counters.restarts += 1  # a handover: no Restarting, and nothing of the old life is cut
+        elif isinstance(ev, Restarting):
             ctx.counters.restarts += 1
             if resumes:
                 return

@@ -121,6 +121,7 @@ class Standby:
                 return
             life = self._launch()
             self.spare = life
+            self._changed.set()
             try:
                 await self.host.starter.await_ready(life)
                 await self.host.starter.warm_up(life)
@@ -138,6 +139,7 @@ class Standby:
                 failures += 1
                 if failures >= self.cfg.max_same_start_failures:
                     self.off = True
+                    self._changed.set()
                     log.warning("no spare life: %d starts failed in a row, the last: %s", failures, exc)
                     return
                 await self.host.clock.sleep(min(BACKOFF_CAP, self.cfg.restart_backoff * 2 ** (failures - 1)))
@@ -210,6 +212,20 @@ class Standby:
         """A spare is ready and alive now."""
         s = self.spare
         return s is not None and s.ready and not s.ended and s.proc.poll() is None
+
+    def coming(self) -> bool:
+        """A spare is ready or starting (``take`` would wait for it)."""
+        return not self.off and self.spare is not None and not self.spare.ended
+
+    async def arrival(self) -> bool:
+        """Wait until a spare is ready or starting (one starts once the life it replaced last has
+        retired); False when the standby is off, or stopping."""
+        while not (self.off or self.host.stopping):
+            if self.coming():
+                return True
+            self._changed.clear()
+            await self._changed.wait()
+        return False
 
     async def take(self) -> tuple[Life, float | None] | None:
         """The spare for promotion, detached (the keeper lets it go), with the seconds its wake-up

@@ -410,10 +410,12 @@ class Supervisor:
 
     async def _recycle(self, reason: str, life: Life) -> None:
         """A planned restart, after a drain (drain.py): what is still in flight then is ended by
-        the restart, and requeued by the runner. With a ready spare, a handover instead."""
+        the restart, and requeued by the runner. With a spare, a handover instead: the old life
+        serves on until the spare is ready (one still starting, or the next one once the life
+        before has retired)."""
         if (
             self.standby is not None
-            and self.standby.ready()
+            and await self.standby.arrival()
             and await self._handover(reason, life, counted=False)
         ):
             return

@@ -12,8 +12,8 @@ import sys
 from typing import TextIO
 
 from wedgewatch.analysis import wrapped
-from wedgewatch.base.events import Event, Restarting, ServerReady, ServerStarting
-from wedgewatch.base.vocab import FIRST_LIFE
+from wedgewatch.base.events import Event, Promoted, Restarting, ServerReady, ServerStarting
+from wedgewatch.base.vocab import FIRST_LIFE, STANDBY
 from wedgewatch.ledger import Ledger
 
 log = logging.getLogger(__name__)
@@ -43,10 +43,23 @@ class LifeLines:
             self.number[ev.life_id] = n
             self.reason[ev.life_id] = ev.reason
         elif isinstance(ev, ServerReady):
+            if self.reason.get(ev.life_id) == STANDBY:
+                return  # a spare: said when it is promoted
             began = self.pending.pop(ev.member, None)
             if began is None and self.reason.get(ev.life_id) in (None, *FIRST_LIFE):
                 return
             print(f"{PREFIX} {self.ready_line(ev, began)}", file=self.out or sys.stderr, flush=True)
+        elif isinstance(ev, Promoted):
+            began = self.pending.pop(ev.member, None)
+            print(f"{PREFIX} {self.promoted_line(ev, began)}", file=self.out or sys.stderr, flush=True)
+
+    def promoted_line(self, ev: Promoted, began: tuple[float, str, int | None] | None) -> str:
+        who = f"server {ev.member} life" if ev.member is not None else "server life"
+        old = self.number.get(ev.replaced or "")
+        replaced = f"life {old}" if old is not None else "the last life"
+        head = f"{who} {self.number.get(ev.life_id, '?')} ({ev.life_id}), a spare ready {ev.idle:.1f} s,"
+        waited = f": {ev.ts - began[0]:.1f} s from the restart" if began is not None else ""
+        return f"{head} serves in place of {replaced} after a {ev.reason}{waited}"
 
     def ready_line(self, ev: ServerReady, began: tuple[float, str, int | None] | None) -> str:
         who = f"server {ev.member} life" if ev.member is not None else "server life"
