@@ -255,11 +255,9 @@ async def execute(
     resumes = eff.watchdog.enabled and not eff.watchdog.record_only and eff.watchdog.on_wedge == "resume"
 
     def on_event(ev: Event) -> None:
-        if isinstance(ev, Promoted) and ev.planned:
-            ctx.counters.restarts += 1  # a handover: no Restarting, and nothing of the old life is cut
-        elif isinstance(ev, Restarting):
-            ctx.counters.restarts += 1
-            if resumes:
+        if isinstance(ev, Restarting) or (isinstance(ev, Promoted) and ev.planned):
+            ctx.counters.restarts += 1  # a spare's handover (planned) cuts nothing: no Restarting
+            if resumes or isinstance(ev, Promoted):
                 return
             detail = {"restart_reason": ev.reason, "life_id": ev.life_id}
             # Only the attempts on the restarted server: a pool's other members keep theirs.

@@ -300,37 +300,27 @@ SLEEPERS = ("vllm", "sim")
 
 
 def _check_standby(cfg: ServerConfig, profile: Profile, source: str) -> None:
-    """A spare life (supervisor/standby.py) is a second process of ours on its own port; sleep
-    is vLLM's on a GPU, and opens its dev routes."""
+    """A spare life (standby.py) is a second process of ours on its own port; sleep is vLLM's on
+    a GPU, and opens its dev routes."""
+    why = ""
     if cfg.standby and not profile.owned:
-        raise ConfigError(
-            source, "server.standby", f"a spare life is one wedgewatch starts; profile {profile.name} is not"
-        )
-    if cfg.standby and cfg.port:
-        raise ConfigError(
-            source, "server.standby", f"two lives cannot share server.port {cfg.port}: set port = 0"
-        )
+        why = f"a spare life is one wedgewatch starts; profile {profile.name} is not"
+    elif cfg.standby and cfg.port:
+        why = f"two lives cannot share server.port {cfg.port}: set port = 0"
+    if why:
+        raise ConfigError(source, "server.standby", why)
     if not cfg.standby_sleep:
         return
     if not cfg.standby:
-        raise ConfigError(source, "server.standby_sleep", "sleeps the spare life: set server.standby = 1")
-    if cfg.launcher == VLLM_CPU:
-        raise ConfigError(
-            source, "server.standby_sleep", "vLLM's CPU build refuses sleep mode (CUDA, ROCm and XPU only)"
-        )
-    if profile.name not in SLEEPERS:
-        raise ConfigError(
-            source, "server.standby_sleep", f"profile {profile.name} has no sleep mode (vllm has)"
-        )
-    if cfg.host not in LOOPBACK:
-        raise ConfigError(
-            source,
-            "server.standby_sleep",
-            f"opens vLLM's dev routes: server.host must be loopback, not {cfg.host}",
-        )
-
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+        why = "sleeps the spare life: set server.standby = 1"
+    elif cfg.launcher == VLLM_CPU:
+        why = "vLLM's CPU build refuses sleep mode (CUDA, ROCm and XPU only)"
+    elif profile.name not in SLEEPERS:
+        why = f"profile {profile.name} has no sleep mode (vllm has)"
+    elif cfg.host not in ("127.0.0.1", "localhost", "::1"):
+        why = f"opens vLLM's dev routes: server.host must be loopback, not {cfg.host}"
+    if why:
+        raise ConfigError(source, "server.standby_sleep", why)
 
 
 def launch_argv(cfg: ServerConfig, profile: Profile, host: str, port: int) -> Argv:

@@ -1,5 +1,6 @@
 """The supervisor: a fresh server life, really ready, warmed up, watched, restarted when it wedges.
-Long because it is the one object that decides: bringing a life up, ending it, and every handler
+Long because it is the one object that decides: bringing a life up, promoting a spare in its place
+(standby.py keeps the spare; the promotion changes the current life), ending it, and every handler
 that restarts it (wedge, crash, API errors, recycle) share one lock and one current life, and read
 best side by side.
 
