@@ -60,3 +60,18 @@ def group_rss_mib(pgid: int, key: str = "VmRSS") -> float:
         except OSError:
             pass
     return total
+
+
+def group_pss_gb(pgid: int) -> float:
+    """The group's proportional set size in GB (``/proc/<pid>/smaps_rollup``): a page its processes
+    share is divided among them, so the sum is the memory the group holds."""
+    total = 0
+    for pid in group_pids(pgid):
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except OSError:
+            pass
+    return total / 1e9
