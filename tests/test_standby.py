@@ -23,8 +23,9 @@ from wedgewatch.base.errors import ConfigError
 from wedgewatch.base.events import Event
 from wedgewatch.base.vocab import CRASH, OK, PROMOTED, RECYCLE_INSTANCES, STANDBY
 from wedgewatch.base.vocab import WEDGE as WEDGE_WORD
-from wedgewatch.config import ServerConfig, WarmupConfig, load_config
+from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig, load_config
 from wedgewatch.ledger import Ledger
+from wedgewatch.proxy import Proxy
 from wedgewatch.runner import entry as runner_main
 from wedgewatch.supervisor import Supervisor, caches
 from wedgewatch.supervisor.process import AdoptedServer, group_alive
@@ -194,6 +195,15 @@ async def test_a_sleeping_spare_is_woken_when_promoted(tmp_path: Path, ledger: L
         stats = await _stats(spare_url)
         assert stats["asleep"] is False and stats["wakes"] == 1
         assert len(await stream(sup.base_url, "hello", max_tokens=5)) == 5
+        # The promoted life keeps vLLM's dev routes: the proxy passes no client's /sleep on.
+        proxy = Proxy(sup, WatchdogConfig())
+        url = await proxy.start()
+        try:
+            async with aiohttp.ClientSession() as s, s.post(url + "/sleep") as r:
+                assert r.status == 403 and (await r.json())["error"]["code"] == "not_passed_on"
+        finally:
+            await proxy.stop()
+        assert (await _stats(sup.base_url))["asleep"] is False
     finally:
         await sup.stop()
     (row,) = [r for r in rows(ledger, "SELECT * FROM server_lives") if r["life_id"] == spare]

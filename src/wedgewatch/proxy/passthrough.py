@@ -5,6 +5,7 @@ Bodies are relayed undecoded and as they arrive, so a streaming endpoint the pro
 still streams. A read (GET, HEAD) has ``passthrough_timeout``; anything else may be a generation
 the proxy cannot see into, so it gets the whole-request deadline, ``total_timeout``, instead of
 being cut at 10 s. An upstream that cannot be reached gets a non-retryable OpenAI-shaped error.
+vLLM's sleep routes are refused (403): a sleeping spare life is the supervisor's to wake.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ log = logging.getLogger(__name__)
 _READS = frozenset({"GET", "HEAD"})
 
 
+OPERATORS = frozenset({"/sleep", "/wake_up"})
+"""vLLM's sleep routes (dev mode only): the supervisor's, for a spare life it keeps asleep, never a
+client's. Passed on, a client could put the serving engine to sleep."""
+
+
 async def passthrough(ctx: Shared, request: web.Request, path: str, upstream: Upstream) -> web.StreamResponse:
+    if request.method == "POST" and path in OPERATORS:
+        msg = f"{path} is the supervisor's (vLLM's sleep mode), not passed on"
+        return error_response(403, error_object("invalid_request_error", "not_passed_on", msg))
     url = upstream.base_url.rstrip("/") + path
     if request.query_string:
         url += "?" + request.query_string

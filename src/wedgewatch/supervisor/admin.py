@@ -1,8 +1,8 @@
 """The two routes a ``wedgewatch serve`` adds to its proxy for a pool on another host: the state
 of its servers, and a restart.
 
-- ``GET /wedgewatch/servers``: each member's name, current life, whether it takes new work, and
-  why it gave up, if it did. Read-only, like ``/wedgewatch/status``.
+- ``GET /wedgewatch/servers``: each member's name, current life, whether it takes new work, its
+  ready spare life (``server.standby``), and why it gave up, if it did. Read-only, like ``/wedgewatch/status``.
 - ``POST /wedgewatch/restart`` (``Authorization: Bearer TOKEN``; body ``{"member": NAME}``
   optional, default every member): restarts, counted against each member's ``max_restarts``,
   and answers once the new lives are ready, so the caller (a pool's ``restart_url``) can go on
@@ -39,6 +39,10 @@ def _state(m: Supervisor) -> dict[str, Any]:
         "life_id": life.life_id if life is not None else None,
         "ready": Pool.takes_work(m),
         "failure": str(m.failure) if m.failure is not None else None,
+        # The spare life (server.standby) once ready: the next restart is its promotion.
+        "spare": m.standby.spare.life_id
+        if m.standby is not None and m.standby.ready() and m.standby.spare
+        else None,
     }
 
 
