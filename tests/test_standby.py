@@ -24,7 +24,7 @@ from wedgewatch.base.events import Event
 from wedgewatch.base.vocab import CRASH, OK, PROMOTED, RECYCLE_INSTANCES, STANDBY
 from wedgewatch.base.vocab import WEDGE as WEDGE_WORD
 from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig, load_config
-from wedgewatch.ledger import Ledger
+from wedgewatch.ledger import Ledger, checks
 from wedgewatch.proxy import Proxy
 from wedgewatch.runner import entry as runner_main
 from wedgewatch.supervisor import Supervisor, caches
@@ -307,6 +307,8 @@ def test_a_recycle_in_the_middle_of_a_run_fails_no_request(tmp_path: Path) -> No
             json.loads(r["detail_json"]) for r in lg.query("SELECT * FROM events WHERE kind = ?", (PROMOTED,))
         ]
         summary = summarise(lg, "handover")
+        broken = checks.problems(lg)
+    assert broken == [], "spares overlap their serving lives by design, and nothing else does"
     assert promoted and all(p["planned"] and p["reason"] == RECYCLE_INSTANCES for p in promoted)
     assert {r["outcome"] for r in requests} == {OK}, requests
     assert all([a["status"] for a in rows] == ["submitted"] for rows in att.values()), att

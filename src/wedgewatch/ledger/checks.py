@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from wedgewatch.base.processes import Identity
-from wedgewatch.base.vocab import MODEL_SIDE, RUN_ENDED, sql_list
+from wedgewatch.base.vocab import MODEL_SIDE, RUN_ENDED, STANDBY, sql_list
 from wedgewatch.ledger.schema import SCHEMA_VERSION
 from wedgewatch.ledger.store import Ledger, Row
 
@@ -135,10 +135,12 @@ def _one_final_outcome(ledger: Ledger) -> Iterator[str]:
 
 
 def _lives_do_not_overlap(ledger: Ledger) -> Iterator[str]:
-    """One supervisor runs one life of a member at a time: the next starts after the last ended.
+    """One supervisor runs one life of a member at a time: the next starts after the last ended,
+    unless the next is a spare (``server.standby``: started beside the serving life by design).
     Lives of one member started by different processes (several runners on one run) may overlap."""
     rows = ledger.query(
-        "SELECT l.life_id, l.run_id, l.member, l.owner_pid, l.owner_pid_start, l.started_at, e.ended_at "
+        "SELECT l.life_id, l.run_id, l.member, l.owner_pid, l.owner_pid_start, l.started_at, e.ended_at, "
+        "l.start_reason "
         "FROM server_lives l LEFT JOIN server_life_ends e ON e.life_id = l.life_id "
         "ORDER BY l.run_id, l.member, l.owner_pid, l.owner_pid_start, l.started_at"
     )
@@ -150,7 +152,7 @@ def _lives_do_not_overlap(ledger: Ledger) -> Iterator[str]:
         if key[2] is None:
             continue  # written before schema 7: whose supervisor started it is not recorded
         for a, b in itertools.pairwise(list(group)):
-            if a["ended_at"] is None or b["started_at"] < a["ended_at"]:
+            if b["start_reason"] != STANDBY and (a["ended_at"] is None or b["started_at"] < a["ended_at"]):
                 yield f"server lives {a['life_id']} and {b['life_id']} of one supervisor overlap"
 
 

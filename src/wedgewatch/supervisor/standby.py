@@ -201,10 +201,14 @@ class Standby:
         await self._drop(life, CRASH)
 
     async def _drop(self, life: Life, reason: str) -> None:
-        if self.spare is life:
-            self.spare = None
-        self._changed.set()
-        await self.host.end(life, reason)
+        """End a spare that failed or died, then let go of it: a life started in its place (by
+        ``take``'s caller) starts after its end, never beside it."""
+        try:
+            await self.host.end(life, reason)
+        finally:
+            if self.spare is life:
+                self.spare = None
+            self._changed.set()
 
     # --- promotion --------------------------------------------------------------------------------
 
