@@ -1,5 +1,6 @@
-"""``wedgewatch bench standby``: one engine, one engine with a spare (``server.standby = 1``), and a
-pool of two engines on the same device, each struck by one wedge mid-run.
+"""``wedgewatch bench standby``: one engine (arm ``one``), one engine with a spare
+(``server.standby = 1``, arm ``spare``), and a pool of two engines on the same device (``pool``),
+each struck by one wedge mid-run.
 
 Each trial is the stack at its defaults (``on_wedge = "resume"``) and a harness on the OpenAI SDK
 (its default client): ``tasks`` streamed chat requests at temperature 0, ``concurrency`` at a time,
@@ -48,7 +49,8 @@ from wedgewatch.supervisor import Supervisor
 from wedgewatch.supervisor.room import BIND_ENV, Machine
 from wedgewatch.testing import eventually_async
 
-ARMS = ("one", "standby", "pool")
+ARMS = ("one", "spare", "pool")
+"""One engine; one engine with a spare (``server.standby = 1``); a pool of two on one device."""
 ENGINES = ("sim", "vllm-cpu")
 STRIKE_AFTER = 5
 """Chunks of the struck request relayed before the strike."""
@@ -82,7 +84,7 @@ def _servers(arm: str, engine: str, workdir: Path, fault: Path | None) -> list[S
             "model": "gemma3-270m",
             "arg_sets": ["hybrid-safe"],
         }
-    if arm == "standby":
+    if arm == "spare":
         return [ServerConfig(**base, standby=1)]
     if arm == "one":
         return [ServerConfig(**base)]
@@ -226,19 +228,19 @@ async def trial(workdir: Path, arm: str, engine: str, tasks: int, concurrency: i
 
 
 def _serving(events: list[Event], arm: str) -> Event | None:
-    """After the wedge verdict, what serves again: the promotion (``standby``), the next ready life
+    """After the wedge verdict, what serves again: the promotion (``spare``), the next ready life
     (``one``), the verdict itself (``pool``: its other member was serving all along)."""
     wedged = next((i for i, e in enumerate(events) if isinstance(e, Wedged)), None)
     if wedged is None:
         return None
     if arm == "pool":
         return events[wedged]
-    kind = Promoted if arm == "standby" else ServerReady
+    kind = Promoted if arm == "spare" else ServerReady
     return next((e for e in events[wedged:] if isinstance(e, kind)), None)
 
 
 async def _spares_ready(stack: Stack) -> None:
-    """A standby trial starts once its spare is ready: the arm under test is a spare beside."""
+    """A spare's trial starts once its spare is ready: the arm under test is a spare beside."""
     members: list[Supervisor] = stack.pool.members
     for m in members:
         standby = m.standby
@@ -272,7 +274,7 @@ def summary(trials: list[Trial]) -> dict[str, dict[str, Any]]:
             continue
         out[arm] = {
             "trials": len(mine),
-            "lost": sum(t.lost for t in mine),
+            "tasks_lost": sum(t.lost for t in mine),
             "tasks": sum(t.tasks for t in mine),
             "struck": sum(t.struck for t in mine),
             "wait_median": _med([w for t in mine for w in t.wait]),
@@ -284,14 +286,14 @@ def summary(trials: list[Trial]) -> dict[str, dict[str, Any]]:
 
 
 def table(summ: dict[str, dict[str, Any]]) -> list[str]:
-    head = f"{'arm':<9}{'lost':>10}{'struck':>8}{'wait (s)':>10}{'serving (s)':>13}{'tokens/s':>10}  engines' PSS (GB)"
+    head = f"{'arm':<9}{'tasks lost':>10}{'struck':>8}{'wait (s)':>10}{'serving (s)':>13}{'tokens/s':>10}  engines' PSS (GB)"
     lines = [head]
     for arm, s in summ.items():
         wait = "-" if s["wait_median"] is None else f"{s['wait_median']:.2f}"
         serving = "-" if s["serving_median"] is None else f"{s['serving_median']:.2f}"
         mem = " + ".join(f"{m:.2f}" for m in s["memory_gb"]) or "-"
         lines.append(
-            f"{arm:<9}{s['lost']:>4} of {s['tasks']:<3}{s['struck']:>8}{wait:>10}{serving:>13}"
+            f"{arm:<9}{s['tasks_lost']:>4} of {s['tasks']:<3}{s['struck']:>8}{wait:>10}{serving:>13}"
             f"{s['tokens_per_s_median'] or 0:>10.1f}  {mem}"
         )
     return lines

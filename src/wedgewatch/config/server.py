@@ -34,7 +34,7 @@ class WarmupConfig(Section):
     shapes: list[Literal["logprobs", "json", "tools"]] = Field(default_factory=list)
     """Request shapes the run will use, each warmed once per served name after the plain requests:
     `logprobs` (log probabilities, top 1), `json` (structured output, `response_format`
-    `json_object`), `tools` (a tool the model must call, `tool_choice = "required"`). On vLLM's CPU
+    `json_object`), `tools` (a tool offered, the request rendered with it). On vLLM's CPU
     build the first request with log probabilities under LoRA took 7.6 s, each after it 0.3-0.5 s
     (docs/supervisor.md, "Warm-up")."""
 

@@ -29,7 +29,9 @@ TOOL = {
 SHAPES: dict[str, dict[str, Any]] = {
     "logprobs": {"logprobs": True, "top_logprobs": 1},
     "json": {"response_format": {"type": "json_object"}},
-    "tools": {"tools": [TOOL], "tool_choice": "required"},
+    # No tool_choice: a run's agents leave it to the server ("auto" where it parses tool calls);
+    # vLLM 0.32 refuses "required" or a named tool without --tool-call-parser.
+    "tools": {"tools": [TOOL]},
 }
 """Each shape's fields, added to a warm-up request's body (``WarmupConfig.shapes``)."""
 
