@@ -20,7 +20,7 @@ from wedgewatch.config import Config, ServerConfig, WarmupConfig, validate
 from wedgewatch.ledger import Ledger, queries
 from wedgewatch.runner import resume
 from wedgewatch.supervisor import Supervisor
-from wedgewatch.supervisor.drain import POLL, drain
+from wedgewatch.supervisor.drain import POLL, drain, retire
 from wedgewatch.testing import ManualClock, settle
 
 
@@ -168,3 +168,50 @@ def test_max_requeues_zero_is_a_harness_without_wedgewatch(tmp_path: Path) -> No
         add_attempt(lg, "r", "a", 2, "api_error", reason=REQUEUED)
         assert outcomes(lg, "r") == {"a": "infra_failed"}  # both used the budget
         assert (_row(lg, "r", "a")["n_infra"], _row(lg, "r", "a")["n_requeued"]) == (2, 0)
+
+
+async def test_a_retired_life_ends_once_the_proxy_holds_nothing_on_it_or_at_the_deadline(
+    tmp_path: Path, start_sim: Callable[..., RunningServer]
+) -> None:
+    # What a spare's handover waits for on the life it replaced (drain.retire), on a manual clock:
+    # requests the proxy holds there, not attempts, and a scrape taken after the handover.
+    server, clock = start_sim(), ManualClock()
+    cfg = ServerConfig(
+        profile="external",
+        url=server.url,
+        recycle_drain_timeout=30.0,
+        warmup=WarmupConfig(count=0),
+        log_dir=str(tmp_path / "logs"),
+    )
+    held = [1]
+    with Ledger(tmp_path / "l.sqlite") as lg:
+        sup = Supervisor(cfg, ledger=lg, run_id="r", clock=clock)
+        await sup.start()
+        try:
+            life = sup.current
+            assert life is not None
+            retiring = asyncio.ensure_future(retire(life, "recycle_instances", sup, lambda _: (held[0], 0)))
+            await settle()
+            await clock.advance(29.9)  # a request held there never ends: only the deadline does
+            assert not retiring.done()
+            await clock.advance(0.1 + 2 * POLL)
+            await asyncio.wait_for(retiring, 10)
+            drained = _drain_events(lg)[-1][1]
+            assert drained["left"] == 1 and 30.0 <= float(str(drained["waited"])) <= 30.0 + 2 * POLL
+
+            held[0] = 0  # nothing held: done at the first scrape taken after it began
+            retiring = asyncio.ensure_future(retire(life, "recycle_instances", sup, lambda _: (held[0], 0)))
+            await settle()
+            assert not retiring.done(), "the last scrape was taken before: not yet known idle"
+
+            async def until_retired() -> None:
+                # The scrape is real HTTP: the clock moves on in small steps while it is answered.
+                while not retiring.done():
+                    await clock.advance(POLL)
+                    await asyncio.wait({retiring}, timeout=0.05)
+
+            await asyncio.wait_for(until_retired(), 30)
+            drained = _drain_events(lg)[-1][1]
+            assert drained["left"] == 0 and float(str(drained["waited"])) < 30.0  # not the deadline
+        finally:
+            await sup.stop()

@@ -91,7 +91,8 @@ class Standby:
         self.host.bus.publish(
             StandbyRoom(member=self.cfg.name, on=found.on, line=found.line, figures=found.figures)
         )
-        (log.info if found.on else log.warning)("%s", found.line)
+        # Said whatever the verdict (the CLI shows warnings): which memory, which cores, or why not.
+        log.warning("%s", found.line)
         return found
 
     def env(self) -> dict[str, str]:
