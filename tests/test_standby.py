@@ -21,7 +21,7 @@ from test_supervisor import WEDGE, Recorded, config, rows, start, stream
 from wedgewatch.analysis.summary import summarise
 from wedgewatch.base.errors import ConfigError
 from wedgewatch.base.events import Event
-from wedgewatch.base.vocab import CRASH, OK, PROMOTED, RECYCLE_INSTANCES, STANDBY
+from wedgewatch.base.vocab import CRASH, OK, PROMOTED, RECYCLE_INSTANCES, SPARE
 from wedgewatch.base.vocab import WEDGE as WEDGE_WORD
 from wedgewatch.config import ServerConfig, WarmupConfig, WatchdogConfig, load_config
 from wedgewatch.ledger import Ledger, checks
@@ -46,9 +46,7 @@ LONG = 3000
 
 def _spares(rec: Recorded) -> list[str]:
     return [
-        e.detail["life_id"]
-        for e in rec.events
-        if e.kind == "server_starting" and e.detail["reason"] == STANDBY
+        e.detail["life_id"] for e in rec.events if e.kind == "server_starting" and e.detail["reason"] == SPARE
     ]
 
 
@@ -96,8 +94,8 @@ async def test_a_wedge_promotes_the_spare_that_was_ready_before_it(tmp_path: Pat
     finally:
         await sup.stop()
     lives = {r["life_id"]: r for r in rows(ledger, "SELECT * FROM server_life_view")}
-    assert lives[first]["end_reason"] == WEDGE_WORD and lives[spare]["start_reason"] == STANDBY
-    assert lives[behind]["start_reason"] == STANDBY and lives[behind]["end_reason"] == "stop"
+    assert lives[first]["end_reason"] == WEDGE_WORD and lives[spare]["start_reason"] == SPARE
+    assert lives[behind]["start_reason"] == SPARE and lives[behind]["end_reason"] == "stop"
     (row,) = rows(ledger, "SELECT * FROM events WHERE kind = ?", PROMOTED)
     assert row["life_id"] == spare and json.loads(row["detail_json"])["replaced"] == first
     assert not any(group_alive(r["pid"]) for r in lives.values()), "no process of any life is left"

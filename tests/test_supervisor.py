@@ -167,7 +167,9 @@ async def test_warm_up_requests_of_other_kinds_follow_the_prompts(tmp_path: Path
     (row,) = rows(ledger, "SELECT warmup_json FROM server_life_view")
     assert [w["tokens"] for w in json.loads(row["warmup_json"])] == [40, 3, 5, 2]
     bad = WarmupConfig(timeout=10.0, count=1, requests=[{"model": "no-such-adapter", "stream": False}])
-    with pytest.raises(ServerError, match=r"warm-up request 2 of 2 \('no-such-adapter', requests\[0\]\) failed"):
+    with pytest.raises(
+        ServerError, match=r"warm-up request 2 of 2 \('no-such-adapter', requests\[0\]\) failed"
+    ):
         await start(config(tmp_path, warmup=bad, max_restarts=0), ledger)
 
 

@@ -28,7 +28,7 @@ import pytest_asyncio
 
 from vllm_helpers import VLLM_GROUP, config, detail, provision, role_pid, state
 from wedgewatch.base.events import Event
-from wedgewatch.base.vocab import OK, PROMOTED, RESUMED, STANDBY, STANDBY_ROOM, WEDGE
+from wedgewatch.base.vocab import OK, PROMOTED, RESUMED, SPARE, STANDBY_ROOM, WEDGE
 from wedgewatch.config import WarmupConfig, WatchdogConfig
 from wedgewatch.ledger import Ledger
 from wedgewatch.stack.servers import Stack
@@ -210,4 +210,4 @@ async def test_a_frozen_stream_reads_whole_from_the_spare_that_was_ready_before_
     ]
     assert after["outcome"] == OK and after["life_id"] == spare
     lives = {r["life_id"]: r for r in rig.rows("SELECT * FROM server_life_view")}
-    assert lives[spare]["start_reason"] == STANDBY
+    assert lives[spare]["start_reason"] == SPARE

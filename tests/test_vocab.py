@@ -48,7 +48,6 @@ HOMONYMS: dict[tuple[str, str], tuple[int, str]] = {
     ("cli/__init__.py", "interrupted"): (1, "the message printed on Ctrl-C"),
     ("cli/bench/detection.py", "client_error"): (1, _CLIENT_ERROR),
     ("cli/bench/vllm.py", "client_error"): (1, _CLIENT_ERROR),
-    ("cli/bench/standby.py", "standby"): (1, "the benchmark's command name: `bench standby`"),
     ("cli/ledger.py", "ok"): (1, "the JSON key of `ledger check --json`: whether every invariant holds"),
     ("cli/proxy.py", "total_timeout"): (3, _TOTAL_TIMEOUT),
     ("ledger/checks.py", "ok"): (1, "SQLite's integrity_check answer"),

@@ -25,10 +25,10 @@ from wedgewatch.base.vocab import (
     OK,
     PROMOTED,
     RUNNING,
+    SPARE,
     STALL_KINDS,
     STALL_MIDSTREAM,
     STALL_TTFT,
-    STANDBY,
     STOP,
     SUBMITTED,
     TOTAL_TIMEOUT,
@@ -115,7 +115,7 @@ def _markers(ax: Any, rd: RunData) -> None:
         seen.add(label)
 
     for lv in rd.lives:
-        if lv["start_reason"] not in (*FIRST_LIFE, STANDBY):
+        if lv["start_reason"] not in (*FIRST_LIFE, SPARE):
             vline(lv["t_start"], "server restart", color="#1d3557", ls="--", lw=1)
     for ev in rd.events:
         if ev["kind"] == PROMOTED:  # a spare took over: the restart is that moment, not its start

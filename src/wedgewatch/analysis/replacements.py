@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from wedgewatch.base.vocab import FIRST_LIFE, PROMOTED, STANDBY
+from wedgewatch.base.vocab import FIRST_LIFE, PROMOTED, SPARE
 from wedgewatch.ledger.store import Ledger
 
 
@@ -34,7 +34,7 @@ def promoted(ledger: Ledger, run_id: str) -> dict[str, str]:
 
 def restarts(lives: Sequence[Any], spares: dict[str, str]) -> list[Any]:
     """The lives that replaced another (``spares``: ``promoted``'s answer)."""
-    return [lv for lv in lives if lv["life_id"] in spares or lv["start_reason"] not in (*FIRST_LIFE, STANDBY)]
+    return [lv for lv in lives if lv["life_id"] in spares or lv["start_reason"] not in (*FIRST_LIFE, SPARE)]
 
 
 def reasons(replacing: Sequence[Any], spares: dict[str, str]) -> dict[str, int]:

@@ -219,7 +219,7 @@ requests in flight, which the ledger does not hold."""
 # --- why a server life started (``server_lives.start_reason``) and ended (``server_life_ends``) --
 # A life starts for an execution's start (FIRST_LIFE), after a failed start (start_failed,
 # warmup_failed), or to replace one: wedge, crash, api_errors, the recycles, remote_restart, which
-# are then also the replaced life's end reason; or as a spare (standby), whose promotion replaces
+# are then also the replaced life's end reason; or as a spare, whose promotion replaces
 # one (the replaced life ends with the promotion's reason). A life also ends with stop, detached, port_busy,
 # start_failed, warmup_failed, crash (with restart_on_crash off), and, left by a dead runner,
 # orphaned, lost or elsewhere.
@@ -229,7 +229,7 @@ ADOPTED = "adopted"
 """A server we did not start (``fresh = false``, or an ``external`` one without a restart hook)."""
 FIRST_LIFE = (RUN_START, ADOPTED)
 """Start reasons of an execution's first life: every other start is a restart."""
-STANDBY = "standby"
+SPARE = "spare"
 """A spare life started beside the serving one (``server.standby``): no restart by itself; its
 promotion is one (a ``promoted`` event, whose reason the replaced life ends with)."""
 RECYCLE_INSTANCES = "recycle_instances"

@@ -1,5 +1,5 @@
 """``wedgewatch bench standby``: one engine (arm ``one``), one engine with a spare
-(``server.standby = 1``, arm ``spare``), and a pool of two engines on the same device (``pool``),
+(``server.standby = 1``, arm ``one+spare``), and a pool of two engines on the same device (``pool``),
 each struck by one wedge mid-run.
 
 Each trial is the stack at its defaults (``on_wedge = "resume"``) and a harness on the OpenAI SDK
@@ -49,7 +49,7 @@ from wedgewatch.supervisor import Supervisor
 from wedgewatch.supervisor.room import BIND_ENV, Machine
 from wedgewatch.testing import eventually_async
 
-ARMS = ("one", "spare", "pool")
+ARMS = ("one", "one+spare", "pool")
 """One engine; one engine with a spare (``server.standby = 1``); a pool of two on one device."""
 ENGINES = ("sim", "vllm-cpu")
 STRIKE_AFTER = 5
@@ -84,7 +84,7 @@ def _servers(arm: str, engine: str, workdir: Path, fault: Path | None) -> list[S
             "model": "gemma3-270m",
             "arg_sets": ["hybrid-safe"],
         }
-    if arm == "spare":
+    if arm == ARMS[1]:
         return [ServerConfig(**base, standby=1)]
     if arm == "one":
         return [ServerConfig(**base)]
@@ -228,14 +228,14 @@ async def trial(workdir: Path, arm: str, engine: str, tasks: int, concurrency: i
 
 
 def _serving(events: list[Event], arm: str) -> Event | None:
-    """After the wedge verdict, what serves again: the promotion (``spare``), the next ready life
+    """After the wedge verdict, what serves again: the promotion (``one+spare``), the next ready life
     (``one``), the verdict itself (``pool``: its other member was serving all along)."""
     wedged = next((i for i, e in enumerate(events) if isinstance(e, Wedged)), None)
     if wedged is None:
         return None
     if arm == "pool":
         return events[wedged]
-    kind = Promoted if arm == "spare" else ServerReady
+    kind = Promoted if arm == ARMS[1] else ServerReady
     return next((e for e in events[wedged:] if isinstance(e, kind)), None)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from wedgewatch.base.processes import Identity
-from wedgewatch.base.vocab import MODEL_SIDE, RUN_ENDED, STANDBY, sql_list
+from wedgewatch.base.vocab import MODEL_SIDE, RUN_ENDED, SPARE, sql_list
 from wedgewatch.ledger.schema import SCHEMA_VERSION
 from wedgewatch.ledger.store import Ledger, Row
 
@@ -152,7 +152,7 @@ def _lives_do_not_overlap(ledger: Ledger) -> Iterator[str]:
         if key[2] is None:
             continue  # written before schema 7: whose supervisor started it is not recorded
         for a, b in itertools.pairwise(list(group)):
-            if b["start_reason"] != STANDBY and (a["ended_at"] is None or b["started_at"] < a["ended_at"]):
+            if b["start_reason"] != SPARE and (a["ended_at"] is None or b["started_at"] < a["ended_at"]):
                 yield f"server lives {a['life_id']} and {b['life_id']} of one supervisor overlap"
 
 

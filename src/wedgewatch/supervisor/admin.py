@@ -40,7 +40,7 @@ def _state(m: Supervisor) -> dict[str, Any]:
         "ready": Pool.takes_work(m),
         "failure": str(m.failure) if m.failure is not None else None,
         # The spare life (server.standby) once ready: the next restart is its promotion.
-        "spare": m.standby.spare.life_id
+        "spare_life": m.standby.spare.life_id
         if m.standby is not None and m.standby.ready() and m.standby.spare
         else None,
     }

