@@ -5,7 +5,7 @@ the tests share.
 First what the spare is made of: the two engines are bound to the two halves of the CPUs
 (``VLLM_CPU_OMP_THREADS_BIND``), both point their caches into ``cache_dir``, the start said the
 memory arithmetic, and vLLM took the warm-up's request shapes (log probabilities, a structured
-output, a tool offered). Last, the EngineCore is frozen (SIGSTOP) in the middle of a stream
+output, a tool offered with tool_choice "none"). Last, the EngineCore is frozen (SIGSTOP) in the middle of a stream
 at temperature 0: the spare, ready before the verdict, is promoted, and the stream reads whole,
 continued there from the token ids the proxy kept. How soon is ``bench standby``'s to measure,
 never a test's.
@@ -40,6 +40,7 @@ from wedgewatch.wire.sse import SSEParser
 pytestmark = [
     VLLM_GROUP,
     pytest.mark.long,
+    pytest.mark.two_engines,
     pytest.mark.asyncio(loop_scope="module"),
     pytest.mark.timeout(900),
 ]

@@ -29,9 +29,10 @@ TOOL = {
 SHAPES: dict[str, dict[str, Any]] = {
     "logprobs": {"logprobs": True, "top_logprobs": 1},
     "json": {"response_format": {"type": "json_object"}},
-    # No tool_choice: a run's agents leave it to the server ("auto" where it parses tool calls);
-    # vLLM 0.32 refuses "required" or a named tool without --tool-call-parser.
-    "tools": {"tools": [TOOL]},
+    # tool_choice "none": vLLM 0.32 without --tool-call-parser refuses every other choice, "auto"
+    # too (the default once tools are given: HTTP 400); "none" is taken by every server, and vLLM
+    # still renders the tools into the prompt (unless --exclude-tools-when-tool-choice-none).
+    "tools": {"tools": [TOOL], "tool_choice": "none"},
 }
 """Each shape's fields, added to a warm-up request's body (``WarmupConfig.shapes``)."""
 
