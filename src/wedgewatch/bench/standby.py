@@ -278,6 +278,9 @@ def summary(trials: list[Trial]) -> dict[str, dict[str, Any]]:
             "tasks": sum(t.tasks for t in mine),
             "struck": sum(t.struck for t in mine),
             "wait_median": _med([w for t in mine for w in t.wait]),
+            "wait_range": [min(w for t in mine for w in t.wait), max(w for t in mine for w in t.wait)]
+            if any(t.wait for t in mine)
+            else None,
             "serving_median": _med([t.serving for t in mine if t.serving is not None]),
             "tokens_per_s_median": _med([t.tokens_per_s for t in mine]),
             "memory_gb": next((t.memory_gb for t in mine if t.memory_gb), []),
@@ -286,14 +289,18 @@ def summary(trials: list[Trial]) -> dict[str, dict[str, Any]]:
 
 
 def table(summ: dict[str, dict[str, Any]]) -> list[str]:
-    head = f"{'arm':<9}{'tasks lost':>10}{'struck':>8}{'wait (s)':>10}{'serving (s)':>13}{'tokens/s':>10}  engines' PSS (GB)"
+    head = (
+        f"{'arm':<9}{'tasks lost':>10}{'struck':>8}{'wait (s)':>10}{'(range)':>13}{'serving (s)':>13}{'tokens/s':>10}"
+        "  engines' PSS (GB)"
+    )
     lines = [head]
     for arm, s in summ.items():
         wait = "-" if s["wait_median"] is None else f"{s['wait_median']:.2f}"
+        span = "" if s["wait_range"] is None else f"{s['wait_range'][0]:.1f} to {s['wait_range'][1]:.1f}"
         serving = "-" if s["serving_median"] is None else f"{s['serving_median']:.2f}"
         mem = " + ".join(f"{m:.2f}" for m in s["memory_gb"]) or "-"
         lines.append(
-            f"{arm:<9}{s['tasks_lost']:>4} of {s['tasks']:<3}{s['struck']:>8}{wait:>10}{serving:>13}"
+            f"{arm:<9}{s['tasks_lost']:>4} of {s['tasks']:<3}{s['struck']:>8}{wait:>10}{span:>13}{serving:>13}"
             f"{s['tokens_per_s_median'] or 0:>10.1f}  {mem}"
         )
     return lines

