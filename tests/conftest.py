@@ -101,6 +101,45 @@ def launch(
     return RunningServer(proc, line.removeprefix(prefix).rstrip("/"), log_path)
 
 
+@dataclass
+class DefaultDemo:
+    """``wedgewatch demo`` as README's quick tour writes it, run once in a directory of its own:
+    what it printed, and the document it wrote (``wedgewatch-demo/summary.json``, what ``--json``
+    prints)."""
+
+    cwd: Path
+    command: str
+    stdout: str
+    stderr: str
+    doc: dict[str, Any]
+
+    @property
+    def out(self) -> Path:
+        return self.cwd / "wedgewatch-demo"
+
+
+@pytest.fixture(scope="session")
+def default_demo(tmp_path_factory: pytest.TempPathFactory) -> DefaultDemo:
+    """The default demo, shared by tests/test_demo.py and tests/test_quick_tour.py: a test using
+    it carries ``xdist_group("default-demo")``, so it runs once (about a minute of CPU)."""
+    cwd = tmp_path_factory.mktemp("tour")
+    command = "wedgewatch demo"
+    bin_dir = str(Path(sys.executable).parent)
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=590,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The demo checks its ledger's invariants at its end, in one line on stderr.
+    assert "ledger check: ok" in done.stderr, done.stderr[-3000:]
+    doc = json.loads((cwd / "wedgewatch-demo" / "summary.json").read_text())
+    return DefaultDemo(cwd, command, done.stdout, done.stderr, doc)
+
+
 @pytest.fixture
 def start_sim(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
     """Factory: ``start_sim("--scenario", "healthy", "--time-scale", "10")`` -> RunningServer."""
@@ -194,7 +233,11 @@ async def _watched(keywords_sim: RunningServer, tmp_path: Path, manual: bool) ->
     bus = EventBus()
     events: list[Any] = []
     bus.subscribe(events.append)
-    cfg = WatchdogConfig(ttft_timeout=1, stall_timeout=1, min_rate=0, total_timeout=30)
+    # On the manual clock the deadlines are 1 s, run out by the test; on the real clock they are
+    # 60 s, which no healthy gap meets: a real 1 s ran out before the error a test waited for
+    # when two busy processes had the cores (a test that wants a stall moves the manual clock).
+    deadline = 1 if manual else 60
+    cfg = WatchdogConfig(ttft_timeout=deadline, stall_timeout=deadline, min_rate=0, total_timeout=90)
     clock = ManualClock() if manual else SYSTEM
     proxy = Proxy(keywords_sim.url, cfg, ledger=ledger, bus=bus, clock=clock)
     await proxy.start()
@@ -205,14 +248,15 @@ async def _watched(keywords_sim: RunningServer, tmp_path: Path, manual: bool) ->
 
 @pytest.fixture
 async def watched(keywords_sim: RunningServer, tmp_path: Path) -> AsyncIterator[Watched]:
-    """A ``Watched`` proxy with 1 s first-token and mid-stream deadlines, no rate check."""
+    """A ``Watched`` proxy on the real clock, its first-token and mid-stream deadlines 60 s (none
+    fires on healthy traffic, however busy the machine), no rate check."""
     async for w in _watched(keywords_sim, tmp_path, manual=False):
         yield w
 
 
 @pytest.fixture
 async def watched_manual(keywords_sim: RunningServer, tmp_path: Path) -> AsyncIterator[Watched]:
-    """``watched`` on a ``ManualClock``: its deadlines fire only when the test advances it."""
+    """``watched`` on a ``ManualClock`` with 1 s deadlines: they fire only when the test advances it."""
     async for w in _watched(keywords_sim, tmp_path, manual=True):
         yield w
 
