@@ -212,8 +212,10 @@ def alive(pid: int) -> bool:
 
 def test_timeout_kills_the_whole_process_group(script: Path, tmp_path: Path) -> None:
     with pytest.raises(AgentCrash) as info:
-        run(script, tmp_path, "http://127.0.0.1:9/v1", "hang", timeout=1.5, problem="x")
-    # The 1.5 s deadline ended it, not the script's 300 s sleep (which would have ended it as "0").
+        # 6 s: the script must start its grandchild and write the pid before the deadline, which
+        # 1.5 s did not promise beside two busy processes on two cores.
+        run(script, tmp_path, "http://127.0.0.1:9/v1", "hang", timeout=6.0, problem="x")
+    # The 6 s deadline ended it, not the script's 300 s sleep (which would have ended it as "0").
     assert info.value.reason == "agent_timeout"
     # The grandchild the script started shared its process group: it died with it.
     grandchild = int((tmp_path / "grandchild.pid").read_text())

@@ -171,4 +171,5 @@ def test_the_wall_clock_limit_is_early_stop_time_limit(start_sim: StartSim, tmp_
     cfg = AgentConfig(timeout=3.0, step_limit=500)
     result, _ = run_mini(sim.v1, tmp_path, "att-time", cfg, inst=pick("wander"))
     assert (result.status, result.reason) == ("early_stop", "time_limit")
-    assert result.extra["exit_status"] == "TimeExceeded" and result.steps >= 2
+    # How many steps fit in 3 s is the machine's speed: at least the one after which the limit was seen.
+    assert result.extra["exit_status"] == "TimeExceeded" and result.steps >= 1
