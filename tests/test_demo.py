@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from conftest import DefaultDemo
 from wedgewatch.demo.cells import KEYS
 from wedgewatch.suites import load_bundled
 
@@ -50,22 +51,15 @@ def arms(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {a["arm"]: a["runs"][0] for a in doc["arms"]}
 
 
-# The tests that share the default demo run on one worker, so it runs once (tests/conftest.py).
+# The tests that share the default demo (tests/conftest.py, with tests/test_quick_tour.py) run
+# on one worker, so it runs once.
 SHARES_THE_DEMO = pytest.mark.xdist_group("default-demo")
-
-
-@pytest.fixture(scope="module")
-def default_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    out = tmp_path_factory.mktemp("default") / "demo"
-    return out, demo(out, timeout=590)
 
 
 @pytest.mark.timeout(600)
 @SHARES_THE_DEMO
-def test_the_default_demo_shows_every_defence_against_the_same_wedge(
-    default_demo: tuple[Path, dict[str, Any]],
-) -> None:
-    out, doc = default_demo
+def test_the_default_demo_shows_every_defence_against_the_same_wedge(default_demo: DefaultDemo) -> None:
+    out, doc = default_demo.out, default_demo.doc
     assert [a["arm"] for a in doc["arms"]] == ["naive", "guarded"]
     assert doc["scenario"] == "story" and doc["seeds"] == [1]
     got = arms(doc)
@@ -123,12 +117,10 @@ def test_the_default_demo_shows_every_defence_against_the_same_wedge(
 
 
 @SHARES_THE_DEMO
-def test_the_default_demo_table_is_printed_from_the_same_cells(
-    default_demo: tuple[Path, dict[str, Any]],
-) -> None:
+def test_the_default_demo_table_is_printed_from_the_same_cells(default_demo: DefaultDemo) -> None:
     from wedgewatch.demo.table import table_rows
 
-    _, doc = default_demo
+    doc = default_demo.doc
     rows = {r[0].strip(): r[1:] for r in table_rows(doc["arms"])}
     naive, guarded = arms(doc)["naive"], arms(doc)["guarded"]
     assert rows["published score"] == (

@@ -24,7 +24,7 @@ import pytest
 
 from ledger_helpers import dump, outcomes
 from wedgewatch.analysis.summary import summarise
-from wedgewatch.config import Config, load_config
+from wedgewatch.config import load_config
 from wedgewatch.ledger import Ledger, checks
 from wedgewatch.runner import entry as runner_main
 from wedgewatch.runner.state import RunContext
@@ -389,18 +389,3 @@ time_scale = 20.0
                 proc.kill()
         for pid in _processes_with(marker):
             os.kill(pid, signal.SIGKILL)
-
-
-def test_the_example_config_runs(tmp_path: Path) -> None:
-    text = _cli("config", "--example").stdout
-    cfg = Config.model_validate(__import__("tomllib").loads(text))
-    data = cfg.snapshot()
-    # as printed, except: two instances, and files in the test's directory
-    data["suite"]["slice"] = "0:2"
-    data["run"]["ledger"] = str(tmp_path / "ex.sqlite")
-    data["run"]["workdir"] = str(tmp_path / "work")
-    data["server"]["log_dir"] = str(tmp_path / "logs")
-    ex = runner_main.start(Config.model_validate(data), run_id="example")
-    assert ex.end_mark == "finished"
-    with Ledger(tmp_path / "ex.sqlite") as lg:
-        assert set(outcomes(lg, "example").values()) == {"resolved"}
