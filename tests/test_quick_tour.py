@@ -50,6 +50,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, DefaultDemo
+from wedgewatch.testing import eventually
 
 SHARES_THE_DEMO = pytest.mark.xdist_group("default-demo")
 README_PORTS = ("8000", "8100", "8200")
@@ -151,7 +152,7 @@ class Tour:
         """Ctrl-C to every command still running: each stops cleanly."""
         for proc in self.running:
             os.killpg(proc.pid, signal.SIGINT)
-            assert proc.wait(timeout=120) == 0, f"{proc.args}: exit {proc.returncode} on Ctrl-C"
+            assert proc.wait(timeout=120) == 0, f"{proc.args!r}: exit {proc.returncode} on Ctrl-C"
         self.running.clear()
 
     def kill_all(self) -> None:
@@ -221,8 +222,13 @@ def proxy(t: Tour, command: str) -> None:
     assert url.endswith(f":{t.ports['8100']}")
     status, _, body = _chat(url, "Say hello through the proxy.")
     assert status == 200 and body["choices"][0]["message"]["content"], body
-    rows = [json.loads(x) for x in (t.cwd / ".wedgewatch" / "proxy-requests.jsonl").read_text().splitlines()]
-    assert any(r.get("outcome") == "ok" for r in rows), "the proxy records every request"
+    records = t.cwd / ".wedgewatch" / "proxy-requests.jsonl"  # the proxy records every request
+
+    def recorded() -> bool:
+        lines = records.read_text().splitlines() if records.exists() else []
+        return any(json.loads(x).get("outcome") == "ok" for x in lines)
+
+    eventually(recorded, what="the request's record")
     t.ctrl_c()  # sim and proxy: Ctrl-C in their terminals
 
 
