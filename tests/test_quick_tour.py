@@ -10,13 +10,15 @@ Walked for real: the default ``wedgewatch demo`` (the session's one default demo
 written and shared with tests/test_demo.py: same xdist group); ``sim`` and ``proxy`` (a reply
 through the proxy, a fault the ``keywords`` scenario names); ``config --example > run.toml``;
 ``serve`` (a reply through it; its simulator runs at the example's ``time_scale = 20``);
+``view`` beside it (its page shows serve's server life);
 ``suite --out``; ``wrap`` around docs/examples/my_eval.py (its simulator at ``time_scale`` 20
 too); ``audit`` (the published score counts the submitted instances); ``report`` of the wrapped
 run; ``run`` of the example config (20 bundled instances), its ``--resume``, ``report``,
 ``ledger check`` and both ``export`` formats; ``compare`` of the demo's two arms and of counts;
 ``lives``; ``scan`` of the demo's naive results (its infra_failed count is the file's);
-``plan``. ``sim``, ``proxy`` and ``serve`` run until Ctrl-C, as the README says: each is started,
-checked and stopped with SIGINT before the next. The proxy's stall deadlines (60 s, 20 s) are not
+``plan``. ``sim``, ``proxy``, ``serve`` and ``view`` run until Ctrl-C, as the README says: each
+is started and checked, and stopped with SIGINT (each must exit 0) once the next that needs it
+is done. The proxy's stall deadlines (60 s, 20 s) are not
 waited out here (tests/test_proxy*.py hold them on a manual clock).
 
 Checked more cheaply: ``demo --arms naive,guarded,story-fix,fresh-naive --seeds 3 --lora`` (about
@@ -127,8 +129,8 @@ class Tour:
         assert done.returncode == code, f"`{command}` exited {done.returncode}:\n{done.stderr[-3000:]}"
         return done
 
-    def start(self, command: str) -> str:
-        """A command that runs until Ctrl-C: started, and its ``listening on URL`` read."""
+    def start(self, command: str, says: str = "listening on ") -> str:
+        """A command that runs until Ctrl-C: started, and the URL of its first line (``says URL``) read."""
         log = (self.cwd / f"started-{len(self.running)}.log").open("w")
         proc = subprocess.Popen(
             ["bash", "-c", f"exec {self.expand(command)}"],
@@ -145,8 +147,8 @@ class Tour:
         sel.register(proc.stdout, selectors.EVENT_READ)
         assert sel.select(300), f"`{command}` printed nothing"
         line = proc.stdout.readline().strip()
-        assert line.startswith("listening on "), f"`{command}`: {line!r}; {Path(log.name).read_text()}"
-        return line.removeprefix("listening on ").rstrip("/")
+        assert line.startswith(says), f"`{command}`: {line!r}; {Path(log.name).read_text()}"
+        return line.removeprefix(says).rstrip("/")
 
     def ctrl_c(self) -> None:
         """Ctrl-C to every command still running: each stops cleanly."""
@@ -248,7 +250,15 @@ def serve(t: Tour, command: str) -> None:
     with sqlite3.connect(t.cwd / "wedgewatch.sqlite") as db:
         (argv,) = db.execute("SELECT argv_json FROM server_lives ORDER BY started_at DESC").fetchone()
     assert _scaled(json.loads(argv)) == "20.0", "serve runs the simulator at the config's time_scale"
-    t.ctrl_c()
+
+
+def view(t: Tour, command: str) -> None:
+    url = t.start(command, says="view on ")  # beside serve, as the README has it
+    with sqlite3.connect(t.cwd / "wedgewatch.sqlite") as db:
+        (life,) = db.execute("SELECT life_id FROM server_lives ORDER BY started_at DESC").fetchone()
+    with urllib.request.urlopen(url + "/", timeout=120) as page:
+        assert page.status == 200 and life in page.read().decode(), "the page shows serve's server life"
+    t.ctrl_c()  # serve and view
 
 
 def suite(t: Tour, command: str) -> None:
@@ -371,6 +381,7 @@ WALK: list[tuple[str, Callable[[Tour, str], None]]] = [
     ),
     ("wedgewatch config --example > run.toml", config),
     ("wedgewatch serve run.toml --port 8200", serve),
+    ("wedgewatch view wedgewatch.sqlite", view),
     ("wedgewatch suite --out suite.jsonl", suite),
     (
         "wedgewatch wrap run.toml -- python docs/examples/my_eval.py --base-url {base_url} suite.jsonl results.jsonl",
