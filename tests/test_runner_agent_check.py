@@ -1,8 +1,8 @@
-"""The runner builds its agent before any server starts: a bad agent costs no server life."""
+"""The runner checks its agent before it writes a row or starts a server: a bad agent costs no
+server life and leaves no run behind."""
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +34,5 @@ workdir = "{tmp_path / "work"}"
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "agent.name" in lines[0] and "no-such-agent" in lines[0]
-    with sqlite3.connect(ledger) as db:
-        assert db.execute("SELECT COUNT(*) FROM server_lives").fetchone()[0] == 0
-        assert db.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] == 0
+    # Refused with the config's other bad fields, before the run's first row: no ledger, no life.
+    assert not ledger.exists()

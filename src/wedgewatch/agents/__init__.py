@@ -28,4 +28,11 @@ def get_agent(name: str, cfg: AgentConfig | None = None) -> Agent:
     return agent
 
 
-__all__ = ["REGISTRY", "get_agent"]
+def check_agent(name: str) -> None:
+    """``BadInput`` naming ``agent.name`` if no agent is registered as ``name`` (its module is
+    imported, so one that cannot be is refused too): a command checks it before it writes a row
+    or says a run has started."""
+    registry.load(REGISTRY, name, "agent.name", "agent")
+
+
+__all__ = ["REGISTRY", "check_agent", "get_agent"]

@@ -9,6 +9,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from wedgewatch.agents import check_agent
 from wedgewatch.base.errors import BadInput
 from wedgewatch.base.protocols import SandboxFactory
 from wedgewatch.config import Config, with_secrets
@@ -84,6 +85,7 @@ def start(
     for member in cfg.members():
         profiles.check(member, source)  # before any row: a bad field here is exit 2, not a failed run
         profiles.check_requested_model(member, cfg.agent.model)
+    check_agent(cfg.agent.name)  # before any row, and before the command prints its view line
     executors.check(cfg)
     preflight.check(cfg, workdir=True)  # one line now, not every attempt failing alike
     suite = load_suite(cfg.suite)
@@ -123,6 +125,7 @@ def resume(
             )
         _same_config(given, stored, f"--resume {run_id}")
         with_secrets(stored, given, f"--resume {run_id}")  # refused before any row is written
+        check_agent(stored.agent.name)
         cfg, found = resume_run(ledger, run_id, attempts)
         cfg = with_secrets(cfg, given, f"--resume {run_id}")  # the ledger keeps none of them
         preflight.check(cfg, str(ledger_path), "--ledger", workdir=True)
@@ -151,6 +154,7 @@ def join(
     with Ledger(ledger_url) as ledger:
         stored = load_run_config(ledger, run_id)  # BadInput when there is no such run
         _same_config(given, stored, f"--join {run_id}")
+        check_agent(stored.agent.name)
         # Attempts of runners already dead are ended now, so their instances are this one's too.
         lease.reap(ledger, run_id, by=None)
         in_force = int(queries.budgets(ledger, run_id)["attempts_max"])
