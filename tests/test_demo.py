@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from conftest import DefaultDemo
+from wedgewatch.base.vocab import CLIENT_DISCONNECT, STALL_KINDS
 from wedgewatch.demo.cells import KEYS
 from wedgewatch.suites import load_bundled
 
@@ -68,16 +69,27 @@ def test_the_default_demo_shows_every_defence_against_the_same_wedge(default_dem
         assert set(KEYS) <= run.keys()
         assert run["true_resolved"] == naive["true_resolved"] > 0  # one model, one truth
 
-    # The guarded arm met the wedge, caught it and restarted the server; its casualties went on,
-    # on the next life (the agent asks for one answer, not a stream: resumed whole), or were
-    # retried when their deadline ran out before the verdict was in (a race at this time scale)...
+    # The guarded arm met the wedge, caught it and restarted the server. The request that wedged
+    # the simulator is always among its casualties (it wedges the engine mid-reply). Each went on
+    # on the next life (the agent asks for one answer, not a stream: resumed whole), or was ended
+    # by its deadline before the verdict and its attempt retried, or its client gave up while it
+    # waited for the next life and its attempt was retried: at 200x the agent's deadline is 4.5 s
+    # but a server's start is real seconds, slower than that on a busy machine. Which of the
+    # three, and how many of each, is a race; that each is one of them and retried is not.
     with sqlite3.connect(out / "ledger.sqlite") as db:
-        (resumed,) = db.execute(
-            "SELECT COUNT(*) FROM requests q JOIN attempts a ON a.attempt_id = q.attempt_id "
-            "WHERE a.run_id = ? AND q.outcome = 'resumed'",
+        casualties = db.execute(
+            "SELECT q.outcome, ae.status, (SELECT COUNT(*) FROM attempts b "
+            "  WHERE b.run_id = a.run_id AND b.instance_id = a.instance_id AND b.attempt_id != a.attempt_id) "
+            "FROM requests q JOIN attempts a ON a.attempt_id = q.attempt_id "
+            "JOIN attempt_ends ae ON ae.attempt_id = a.attempt_id "
+            "JOIN server_life_ends le ON le.life_id = q.life_id "
+            "WHERE a.run_id = ? AND le.end_reason = 'wedge' AND q.outcome != 'ok'",
             (guarded["run_id"],),
-        ).fetchone()
-    assert guarded["stalls"] + resumed >= 1 and guarded["restarts"] >= 1
+        ).fetchall()
+    assert casualties and guarded["restarts"] >= 1
+    for outcome, status, others in casualties:
+        if outcome != "resumed":  # its attempt failed: on the infrastructure's count, and retried
+            assert outcome in (*STALL_KINDS, CLIENT_DISCONNECT) and status == "api_error" and others >= 1
     assert guarded["infra_failed"] == 0 and guarded["of_which_hangs"] == 0
     # ...so its published score is the model's true skill on every instance it finished.
     assert guarded["published_resolved"] == guarded["true_resolved_on_published"]
