@@ -499,14 +499,15 @@ async def test_the_api_key_is_never_written_or_logged(
     harness: Factory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    clock = ManualClock()  # the stall's deadline runs out when the test moves it, never before
+    clock = ManualClock()  # the stalled request's deadline runs out when the test moves it, never before
     h = await harness(clock=clock)
     client = h.client()
     await client.chat.completions.create(model=MODEL, messages=_msg("hi"), max_tokens=3)
     before = await h.stats()
     stalled = asyncio.ensure_future(client.chat.completions.create(model=MODEL, messages=_msg("STALL-TTFT")))
     await h.wait_stats(before, "received", 1)  # upstream, its deadline running on the proxy's clock
-    await clock.advance(61)
+    # It asks for one answer, not a stream: its one deadline is total_timeout (the harness's 90 s).
+    await clock.advance(91)
     with pytest.raises(openai.APIError):
         await stalled
     with pytest.raises(openai.APIError):
