@@ -49,8 +49,17 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests marked ``long`` (ten seconds or more of real runs) first. xdist hands out whole
     groups first, largest first, then single tests in collection order: a long test handed out
-    near the end keeps its worker busy while the others have finished."""
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    near the end keeps its worker busy while the others have finished.
+
+    Before that, the users of each of the rig's servers one after another (``RIG_ORDER``): a
+    server stops after the last test in a row that uses it (``pytest_runtest_teardown``), so two
+    vLLMs never idle side by side for the rest of the run."""
+
+    def rank(item: pytest.Item) -> int:
+        names = getattr(item, "fixturenames", ())
+        return next((i for i, name in enumerate(RIG_ORDER) if name in names), len(RIG_ORDER))
+
+    items.sort(key=lambda item: (rank(item), item.get_closest_marker("long") is None))
 
 
 @dataclass
@@ -352,3 +361,74 @@ async def read_cut(resp: Any) -> tuple[bytes, bool]:
     except aiohttp.ClientPayloadError:
         return bytes(body), True
     return bytes(body), False
+
+
+# --- the real-engine rig (tests/engine_rig.py says how to use it) ----------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def engine_pause() -> Iterator[Any]:
+    """``WEDGEWATCH_TEST_ENGINE_PAUSE=S``: every vLLM EngineCore this process starts is stopped for
+    S seconds once its server first answers /health (engine_rig.FirstStepPause); off otherwise."""
+    from engine_rig import FirstStepPause, pause_seconds
+
+    seconds = pause_seconds()
+    if not seconds:
+        yield None
+        return
+    pause = FirstStepPause(seconds)
+    pause.start()
+    yield pause
+    pause.close()
+
+
+RIG_ORDER = ("vllm_faults",)
+_RIGS: dict[str, Any] = {}
+"""The rig's servers started so far, by fixture name."""
+
+
+def _rig(name: str, start: Callable[[], Any]) -> Any:
+    """The server ``name``, started by ``start`` the first time; a start that failed fails each
+    of its users at once (a second start would fail as the first, after as long)."""
+    if name not in _RIGS:
+        try:
+            _RIGS[name] = start()
+        except Exception as exc:  # every kind of start failure, kept for the next users
+            _RIGS[name] = exc
+            raise
+    got = _RIGS[name]
+    if isinstance(got, Exception):
+        raise RuntimeError(f"the rig's {name} did not start: {got}")
+    return got
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """A rig's server stops once the next test does not use it (its users run in a row:
+    ``pytest_collection_modifyitems``): an idle CPU vLLM still costs memory and CPU. After the
+    item's own teardown (``trylast``): its fixtures may still talk to the server."""
+    for name in list(_RIGS):
+        if nextitem is None or name not in getattr(nextitem, "fixturenames", ()):
+            got = _RIGS.pop(name)
+            if not isinstance(got, Exception):
+                got.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_faults(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A supervised CPU vLLM for the tests that wedge, kill or freeze it, behind a proxy whose
+    wedged clients are released with an error (``on_wedge = "fail"``). Each test strikes the
+    current life and leaves the next one ready. An ``engine_rig.Rig``."""
+    from engine_rig import Rig
+    from vllm_helpers import config, provision
+    from wedgewatch.config import WatchdogConfig
+
+    def start() -> Any:
+        provision()
+        tmp = tmp_path_factory.mktemp("vllm-faults")
+        # --enable-scale-out: the render endpoints a begun Responses or Messages stream is
+        # continued from (proxy/resume/typed_ids.py).
+        cfg = config(tmp, args=["--max-model-len", "4096", "--enable-scale-out"])
+        return Rig.start(cfg, WatchdogConfig(on_wedge="fail"), tmp / "ledger.sqlite")
+
+    return _rig("vllm_faults", start)

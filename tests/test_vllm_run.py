@@ -48,9 +48,12 @@ args = ["--max-num-seqs", "4"]
 log_dir = "{tmp_path}/logs"
 stop_grace = 5.0
 
+# One of the prompt, then one on the adapter the agent asks for: its first step is paid here,
+# before the wedge detection watches.
 [server.warmup]
 count = 1
 max_tokens = 4
+requests = [{{ model = "{ADAPTER}" }}]
 
 [agent]
 name = "bash"
@@ -87,7 +90,8 @@ def rows(ledger: Path, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str,
 
 def running(base_url: str) -> float:
     try:
-        with urllib.request.urlopen(base_url + "/metrics", timeout=2) as resp:
+        # Patient: a busy API server (a loaded machine, a request streaming) answers slowly.
+        with urllib.request.urlopen(base_url + "/metrics", timeout=30) as resp:
             return promtext.parse(resp.read().decode()).total("vllm:num_requests_running") or 0.0
     except OSError:
         return 0.0
@@ -111,6 +115,12 @@ def test_a_run_on_real_vllm_survives_a_frozen_worker(
 
         def freeze() -> bool:
             assert proc.poll() is None, proc.communicate()[1][-3000:]
+            # A life that ended before the freeze (a false wedge: a first step slower than the
+            # heartbeat window the warm-up did not pay) would leave this waiting on a dead URL.
+            ended = rows(
+                ledger, "SELECT life_id, end_reason FROM server_life_view WHERE end_reason IS NOT NULL"
+            )
+            assert not ended, f"a life ended before the freeze: {ended}"
             lives = rows(ledger, "SELECT l.* FROM server_lives l JOIN server_life_ready r USING (life_id)")
             if not lives or not rows(ledger, "SELECT * FROM attempts") or running(lives[0]["base_url"]) < 1:
                 return False

@@ -4,7 +4,8 @@ adapter, a server config, and the pids of vLLM's EngineCore and Worker in a serv
 vLLM's environment and the dequantized model are made once per machine (``make test`` provisions
 them before the suite; a fixture asks again, which costs nothing once they are there). Every test
 of these modules carries ``VLLM_GROUP``: they run one after another on one xdist worker, so two
-engines (about 5 GB each, and both cores while starting) never start at once.
+engines (about 5 GB each, and both cores while starting) never start at once. The shared servers
+are tests/engine_rig.py's.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import Any
 
 import pytest
 
+from engine_rig import VLLM_GROUP
 from wedgewatch.config import ServerConfig, WarmupConfig
 from wedgewatch.launchers import models, vllm_env
 
-VLLM_GROUP = pytest.mark.xdist_group("vllm")
+__all__ = ["VLLM_GROUP"]  # the tests' group, imported from here by the real-vLLM modules
 ADAPTER = "tiny-lora"
 """The served name of the tests' LoRA adapter."""
 HELLO = [{"role": "user", "content": "Write hello world."}]
@@ -46,19 +48,39 @@ def adapter(factory: pytest.TempPathFactory) -> Path:
     return target
 
 
-def config(tmp_path: Path, **over: Any) -> ServerConfig:
+WARM_KINDS: list[dict[str, Any]] = [
+    {"logprobs": True, "top_logprobs": 2},
+    {"prompt_logprobs": 1, "stream": False},  # vLLM gives the prompt's only to one answer
+    {"n": 2, "seed": 1, "temperature": 0.8},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}}}},
+    {"structured_outputs": {"regex": "[a-z]+"}},
+]
+"""Warm-up requests of every kind the tests send (``warmup.requests``): a CPU vLLM's first step
+of each (log probabilities, a grammar) is paid before the wedge detection watches."""
+
+
+def config(tmp_path: Path, *, args: list[str] | None = None, **over: Any) -> ServerConfig:
     """The vllm profile on the CPU launcher with the bundled model and the seed's ``hybrid-safe``
-    flags (``--enforce-eager`` also spares each start torch.compile's tens of seconds on a CPU);
-    wedgewatch's defaults for everything that judges a wedge. One short warm-up: the default two
-    cost a few seconds each."""
+    flags (``--enforce-eager``: no torch.compile; with the KV cache the launcher sizes
+    explicitly, vLLM skips its warm-up pass too) and wedgewatch's defaults for everything that
+    judges a wedge. One short warm-up of the prompt, then one of each kind in ``WARM_KINDS`` (a
+    LoRA adapter's too, when one is served).
+
+    Never the engine in the API server's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): it starts
+    faster, but every ``/metrics`` scrape then runs beside the engine's steps, and a test
+    scraping every 50 ms slowed decode to a step a second and drew a false wedge."""
+    kinds = list(WARM_KINDS)
+    for name in over.get("lora_modules") or {}:
+        kinds.append({"model": name, "logprobs": True, "top_logprobs": 1})
     base: dict[str, Any] = {
         "profile": "vllm",
         "launcher": "vllm-cpu",
         "model": "gemma3-270m",
         "arg_sets": ["hybrid-safe"],
+        "args": list(args or []),
         "log_dir": str(tmp_path / "logs"),
         "stop_grace": 5,
-        "warmup": WarmupConfig(count=1, max_tokens=4),
+        "warmup": WarmupConfig(count=1, max_tokens=4, requests=kinds),
     }
     return ServerConfig(**{**base, **over})
 
