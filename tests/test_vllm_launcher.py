@@ -71,7 +71,7 @@ def test_the_bundled_model_is_served_under_its_name_with_gemmas_turns() -> None:
         "--chat-template",
         str(models.bundled_chat_template_path()),
         "--max-num-batched-tokens",
-        "256",
+        "64",
         "--port",
         "1",
     ]

@@ -15,7 +15,7 @@ No test here stops or kills the server: the wedges are tests/test_vllm_faults.py
 server of their own (tests/engine_rig.py). The server keeps vLLM's own engine timeout
 (``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS``, 300 s): a short one killed a slower machine's engine on
 its first request with log probabilities on the adapter (7.6 s), and every test after it.
-``--max-num-seqs 2`` so a third request waits; prefill steps of 256 tokens so a long prompt takes
+``--max-num-seqs 2`` so a third request waits; prefill steps of 64 tokens so a long prompt takes
 many steps.
 """
 
@@ -51,8 +51,9 @@ pytestmark = [
 ]
 
 MODEL = "gemma3-270m"
-CHUNK = 256
-"""--max-num-batched-tokens: the tokens of one engine step, so a prompt of N tokens is N/256 steps."""
+CHUNK = 64
+"""--max-num-batched-tokens: the tokens of one engine step, so a prompt of N tokens is N/64 steps
+(the launcher's default: a step of the LoRA-enabled CPU engine well under the heartbeat window)."""
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 GENERATED, PROMPT = "vllm:generation_tokens_total", "vllm:prompt_tokens_total"
 KV, ITERATIONS = "vllm:kv_cache_usage_perc", "vllm:iteration_tokens_total_count"
@@ -200,9 +201,9 @@ async def test_during_decode_tokens_and_heartbeat_move_while_one_runs(rig: Rig) 
 
 
 async def test_during_a_long_chunked_prefill_only_the_heartbeat_moves(rig: Rig) -> None:
-    """About 3,000 prompt tokens in steps of 256: the KV gauge rises step by step while the token
+    """About 1,000 prompt tokens in steps of 64: the KV gauge rises step by step while the token
     counters stand still until the first token (vLLM counts prompt tokens when a prefill ends)."""
-    words = " ".join(f"w{i % 97}" for i in range(1400))
+    words = " ".join(f"w{i % 97}" for i in range(500))
     messages = [{"role": "user", "content": f"Repeat these words: {words}"}]
     body = {"model": MODEL, "messages": messages, "max_tokens": 2, "temperature": 0}
     async with aiohttp.ClientSession() as s:

@@ -33,12 +33,15 @@ DEFAULT_KV_CACHE_GB = "1"
 """``VLLM_CPU_KVCACHE_SPACE`` unless set: 1 GiB is about 80,000 tokens of the bundled model (vLLM's
 CPU default of 4 GiB only adds resident memory beside other work on a 24 GiB machine)."""
 
-DEFAULT_BATCHED_TOKENS = 256
+DEFAULT_BATCHED_TOKENS = 64
 """``--max-num-batched-tokens`` unless given: the tokens of one engine step, so a long prompt is
 prefilled in many short steps. vLLM publishes its metrics (the supervisor's heartbeat) once per
 step, and on a CPU a whole 2,000-token prompt in one step took over the 8 s heartbeat window when
-other work shared the two cores: a wedge by every rule, false. 256 tokens of the bundled model are
-a fraction of a second (the llama.cpp launcher's ``--batch-size 64`` answers the same problem)."""
+other work shared the two cores: a wedge by every rule, false. With ``--enable-lora`` the bundled
+model prefills about 37 tokens a second on one core of a quiet 2-core machine (measured
+2026-12-08): a 256-token step took 4 s, over the window on a slower, busy CPU (the agent's first
+prompt, about 400 tokens, judged a wedge); a 64-token step takes under 2 s. The llama.cpp
+launcher's ``--batch-size 64`` answers the same problem."""
 
 USAGE = f"""usage: python -m {MODULE} serve MODEL [vllm serve's options ...]
        python -m {MODULE} provision
