@@ -33,7 +33,7 @@ def _ledger(path: str) -> Ledger:
         ("wedge", "life-old", {"reason": "no token progress"}),
         ("restart", "life-old", {"reason": "wedge"}),
         ("canary", "life-new", {"ok": False}),
-        ("promoted", "life-new", {"from": "standby"}),  # a kind this version does not know
+        ("promoted", "life-new", {"from": "standby"}),  # a spare promoted (server.standby)
     ):
         lg.append("events", {"ts": t, "kind": kind, "run_id": "r", "life_id": life, "detail_json": detail})
     add_attempt(lg, "r", "inst-a", 1, "api_error", "stall_ttft", life_id="life-old")
@@ -93,7 +93,7 @@ async def test_the_run_page_shows_lanes_marks_legs_and_the_header(view: tuple[st
         ("wedge", "m-wedge"),
         ("restart", "m-restart"),
         ("canary", "m-canary failed"),
-        ("promoted", "m-other"),
+        ("promoted", "m-promoted"),
     ):
         assert re.search(f'class="mark {cls}" data-kind="{kind}"', page), kind
     row = re.search(r'<tr id="rq-aaaa000011112222" class="([^"]*)"', page)
