@@ -45,7 +45,7 @@ from wedgewatch.config import WatchdogConfig
 from wedgewatch.proxy import Proxy
 from wedgewatch.supervisor.pool import Pool
 from wedgewatch.supervisor.process import group_alive
-from wedgewatch.testing import eventually_async
+from wedgewatch.testing import eventually, eventually_async
 from wedgewatch.wire.sse import SSEParser
 
 pytestmark = [
@@ -65,10 +65,18 @@ on a slower CPU, 8 s more with the rig's pause switch), so only the stopped Work
 def the_request(rig: Rig, life_id: str, path: str = "/v1/chat/completions") -> dict[str, Any]:
     """The proxy's row of the struck stream: the one streamed request on that life that did not
     end well nor was resumed (the other proxy's, after a freeze)."""
-    rows = rig.rows(
-        "SELECT * FROM requests WHERE life_id = ? AND client_stream = 1 AND path = ? "
-        "AND outcome NOT IN ('ok', 'resumed')",
-        (life_id, path),
+
+    def one() -> list[dict[str, Any]]:
+        return rig.rows(
+            "SELECT * FROM requests WHERE life_id = ? AND client_stream = 1 AND path = ? "
+            "AND outcome NOT IN ('ok', 'resumed')",
+            (life_id, path),
+        )
+
+    # The row is written after the client got its error (the proxy writes rows in batches, off
+    # its loop): wait for it rather than read once (a fresh clone's CI read it too soon).
+    rows = eventually(
+        lambda: (r := one()) and r, timeout=60, interval=0.2, what=f"the struck row on {life_id}"
     )
     assert len(rows) == 1, rows
     return rows[0]
