@@ -75,9 +75,7 @@ def the_request(rig: Rig, life_id: str, path: str = "/v1/chat/completions") -> d
 
     # The row is written after the client got its error (the proxy writes rows in batches, off
     # its loop): wait for it rather than read once (a fresh clone's CI read it too soon).
-    rows = eventually(
-        lambda: (r := one()) and r, timeout=60, interval=0.2, what=f"the struck row on {life_id}"
-    )
+    rows = eventually(one, timeout=60, interval=0.2, what=f"the struck row on {life_id}")
     assert len(rows) == 1, rows
     return rows[0]
 
